@@ -1,0 +1,129 @@
+"""Typed configuration, defined once. Every artifact saves the config it was made with."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+KEYWORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+UNKNOWN, SILENCE = "_unknown_", "_silence_"
+KWS12_CLASSES = (SILENCE, UNKNOWN) + KEYWORDS  # the conventional 12-class Speech Commands task
+DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto")
+POSITIVE_MAPS = ("softplus", "elu1", "relu2")
+
+
+DATASETS = ("synth", "speech-commands", "fsdd")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which clips: the embedded synthetic set, or a user's Speech Commands / FSDD download."""
+
+    dataset: str = "synth"
+    data_dir: str | None = None  # required for speech-commands and fsdd
+    task: str = "12"  # speech-commands: "12" (10 words + unknown + silence) or "all" words
+    seed: int = 0  # synthetic set and class balancing
+    n_voices: int | None = None  # synth: None = every voice variant
+    renditions: int = 4  # synth: clips per voice and class
+    test_speakers: tuple[str, ...] = ()  # fsdd leave-speakers-out; empty = loader default
+    val_speakers: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {self.dataset!r}; choose from {DATASETS}")
+        if self.dataset != "synth" and not self.data_dir:
+            raise ValueError(f"dataset {self.dataset!r} needs --data-dir pointing at your download")
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """Log-mel (n_mfcc = 0) or MFCC frames, the arm_mfcc_f32 definition (see features.py)."""
+
+    sample_rate: int = 16000
+    clip_samples: int = 16000  # 1 s clips
+    frame_length: int = 512  # 32 ms window = FFT length (CMSIS-DSP needs a power of two)
+    hop_length: int = 320  # 20 ms hop -> 49 frames per second
+    n_mels: int = 40
+    n_mfcc: int = 0  # 0: log-mel (40 coefficients); > 0: that many DCT-II coefficients
+    f_min: float = 20.0
+    f_max: float = 7600.0
+    normalize: str = "utterance"  # "none" | "utterance": subtract each clip's per-band mean
+
+    @property
+    def n_frames(self) -> int:
+        return 1 + (self.clip_samples - self.frame_length) // self.hop_length
+
+    @property
+    def n_coeffs(self) -> int:
+        return self.n_mfcc or self.n_mels
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A keyword-spotting network; `size` names a preset in models/kws.py (dims below override)."""
+
+    attention: str = "oscillator"
+    size: str = "small"
+    n_classes: int = 12
+    n_frames: int = 49
+    n_coeffs: int = 40
+    d_model: int = 0  # 0: the size preset's value
+    heads: int = 0
+    blocks: int = 0
+    d_osc: int = 2
+    p: int = 1
+    positive: str = "softplus"
+    eps: float = 1e-6
+    dropout: float = 0.1
+
+    def __post_init__(self):
+        if self.attention not in ATTENTION_KINDS:
+            raise ValueError(f"unknown attention kind {self.attention!r}; choose from {ATTENTION_KINDS}")
+        if self.positive not in POSITIVE_MAPS:
+            raise ValueError(f"unknown positive map {self.positive!r}; choose from {POSITIVE_MAPS}")
+        if self.d_osc < 1 or self.p < 1:
+            raise ValueError("d_osc and p must be >= 1")
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    time_shift_ms: float = 100.0
+    noise_prob: float = 0.8
+    snr_db: tuple[float, float] = (5.0, 30.0)
+    gain_db: tuple[float, float] = (-6.0, 6.0)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 30
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.05
+    warmup_epochs: int = 1
+    grad_clip: float = 1.0
+    label_smoothing: float = 0.05
+    patience: int = 8  # early stopping on validation accuracy
+    seed: int = 0
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls, d: dict):
+    """Rebuild a (possibly nested) frozen dataclass from to_dict output; unknown keys are an error."""
+    kwargs = {}
+    hints = {f.name: f for f in dataclasses.fields(cls)}
+    for k, v in d.items():
+        if k not in hints:
+            raise ValueError(f"{cls.__name__} has no field {k!r}")
+        default = hints[k].default_factory() if hints[k].default_factory is not dataclasses.MISSING else hints[k].default
+        if dataclasses.is_dataclass(default):
+            v = from_dict(type(default), v)
+        elif isinstance(default, tuple) and isinstance(v, list):
+            v = tuple(v)
+        kwargs[k] = v
+    return cls(**kwargs)

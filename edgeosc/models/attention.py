@@ -1,0 +1,237 @@
+"""The attention maths, once: oscillator (softmax-free), softmax baseline and Kuramoto (MATH.md).
+
+Functional cores take per-head tensors; the nn.Modules only project and merge heads.
+Shapes: B batch, H heads, T tokens, d_h query/key dim, d_v value dim, d_osc oscillator dim.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _elu1(x: Tensor) -> Tensor:
+    return torch.where(x > 0, x + 1.0, x.clamp_max(0).exp())  # ELU + 1 without F.elu's 1 - 1 cancellation
+
+
+def _relu2(x: Tensor) -> Tensor:
+    return F.relu(x).square() + RELU2_FLOOR
+
+
+# Positive maps for the coupling weights w. softplus is the paper's. elu1 (ELU + 1, range (0, inf))
+# and relu2 (squared ReLU plus a floor) are edge-friendly: relu2 is a multiply and a max, and both
+# are exact in an int8 lookup table without exp at run time.
+RELU2_FLOOR = 1.0 / 64
+POSITIVE = {"softplus": F.softplus, "elu1": _elu1, "relu2": _relu2}
+
+
+def _masked_fill(x: Tensor, mask: Tensor | None, value: float) -> Tensor:
+    return x if mask is None else x.masked_fill(~mask, value)
+
+
+def oscillator_state(q: Tensor, k: Tensor, r: Tensor, *, eps: float = 1e-6, positive: str = "softplus",
+                     mask: Tensor | None = None) -> Tensor:
+    """Equilibrium of the Lohe flow, z = h / max(||h||, eps) with h = positive(q k^T / sqrt(d_h)) r."""
+    w = POSITIVE[positive](q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))  # [B,H,T,T] > 0
+    h = _masked_fill(w, mask, 0.0) @ r  # [B,H,T,d_osc]
+    # sqrt(clamp(|h|^2, eps^2)) == max(|h|, eps) but with a zero (not NaN) gradient below eps:
+    # a degenerate h (|h| -> 0) gives z -> 0, i.e. a uniform readout, instead of an undefined direction.
+    norm = h.square().sum(-1, keepdim=True).clamp_min(eps * eps).sqrt()
+    return h / norm
+
+
+def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1, eps: float = 1e-6,
+                         positive: str = "softplus", mask: Tensor | None = None,
+                         return_weights: bool = False):
+    """Fixed-query oscillator attention, direct form: a = (1 + z r^T)^p / sum_j (.), out = a v."""
+    z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask)  # [B,H,T,d_osc]
+    c = (1.0 + z @ r.transpose(-1, -2)).pow(p)  # [B,H,T,T] in [0, 2^p]: |z| <= 1, |r| <= 1
+    c = _masked_fill(c, mask, 0.0)
+    a = c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny)
+    out = a @ v
+    return (out, a) if return_weights else out
+
+
+def _poly_features(x: Tensor, p: int, weighted: bool) -> Tensor:
+    """phi with phi(z).psi(r) = (1 + z.r)^p: tensor powers x^(⊗m), m = 0..p, binomial weights on psi."""
+    feats, cur = [torch.ones_like(x[..., :1])], torch.ones_like(x[..., :1])
+    for m in range(1, p + 1):
+        cur = (cur.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2)  # [..., d^m]
+        feats.append(cur * math.comb(p, m) if weighted else cur)
+    return torch.cat(feats, -1)  # [..., D_p], D_p = sum_m d_osc^m
+
+
+def oscillator_attention_factorized(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1,
+                                    eps: float = 1e-6, positive: str = "softplus",
+                                    mask: Tensor | None = None) -> Tensor:
+    """Same result as oscillator_attention without forming the T x T readout matrix.
+
+    (1 + z.r)^p = phi(z).psi(r) with D_p = sum_{m<=p} d_osc^m features, so
+    out_i = phi(z_i)^T (Psi^T V) / phi(z_i)^T (Psi^T 1).  For p = 1 this is
+    (sum_j v_j + z_i^T R^T V) / (T + z_i^T sum_j r_j). Cost of the readout: O(T D_p d_v) instead of
+    O(T^2 (d_osc + d_v)), cheaper whenever D_p < T (d_osc = 2: D_1 = 3, D_2 = 7, D_3 = 15). A mask
+    with one query row (key padding) stays O(T); a full [T, T] mask costs one mask matmul.
+    """
+    z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask)
+    phi = _poly_features(z, p, weighted=False)  # [B,H,T,D]
+    psi = _poly_features(r, p, weighted=True)  # [B,H,T,D]
+    psi_v = torch.cat([psi.unsqueeze(-1) * v.unsqueeze(-2),  # [B,H,T,D,d_v] values
+                       psi.unsqueeze(-1)], -1).flatten(-2)  # and ones for the normaliser
+    if mask is None:
+        summed = psi_v.sum(-2, keepdim=True)  # [B,H,1,D*(d_v+1)]
+    elif mask.shape[-2] == 1:
+        summed = (psi_v * mask.transpose(-1, -2)).sum(-2, keepdim=True)
+    else:
+        summed = mask.to(psi_v.dtype) @ psi_v  # [B,H,T,D*(d_v+1)]
+    summed = summed.unflatten(-1, (phi.shape[-1], v.shape[-1] + 1))
+    num_den = torch.einsum("bhtd,bhtde->bhte", phi, summed.expand(*phi.shape[:-1], *summed.shape[-2:]))
+    return num_den[..., :-1] / num_den[..., -1:].clamp_min(torch.finfo(v.dtype).tiny)
+
+
+def softmax_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
+                      return_weights: bool = False):
+    """The baseline: scaled dot-product attention with a softmax over keys."""
+    s = _masked_fill(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), mask, float("-inf"))
+    a = torch.softmax(s, -1)
+    out = a @ v
+    return (out, a) if return_weights else out
+
+
+class KuramotoOut(NamedTuple):
+    delta: Tensor  # [B,T,k] capped phase increment v(theta) * coupling
+    coupling: Tensor  # [B,T,k] sum_u A_tu sin(theta_u - theta_t), the Kuramoto coupling term
+    attn: Tensor  # [B,T,T] the softmax coupling kernel A
+    local_order: Tensor  # [B] mean_t,j |G_tj|: coherence with the attended neighbours
+    global_order: Tensor  # [B] mean_j |mean_t exp(i theta_tj)|
+
+
+def cap_norm(x: Tensor, max_norm: float) -> Tensor:
+    """Scale rows with ||x|| > max_norm back onto the ball, keeping the phase state bounded."""
+    norm = x.norm(dim=-1, keepdim=True)
+    return x * (max_norm / norm.clamp_min(max_norm))
+
+
+def kuramoto_attention(theta: Tensor, gate_q: Tensor, gate_k: Tensor, omega: Tensor, value_gate: Tensor,
+                       *, tau: float | Tensor = 1.0, causal: bool = False, max_step: float = 1.0,
+                       mask: Tensor | None = None) -> KuramotoOut:
+    """One Kuramoto attention step on phases theta [B,T,k] (MATH.md section 2).
+
+    gate_q, gate_k [B,T,k]: raw gate logits, made positive (softplus) and divided by their mean over
+    coordinates; omega [k]: natural frequencies, a rotary phase offset omega_j (t - u); value_gate
+    [B,T,k]: signed per-coordinate gain on the increment.
+    """
+    b, t, k = theta.shape
+    gq = F.softplus(gate_q)
+    gq = gq / gq.mean(-1, keepdim=True)
+    gk = F.softplus(gate_k)
+    gk = gk / gk.mean(-1, keepdim=True)
+    # cos(theta_t - theta_u + omega (t - u)) = Re(e^{i phi_t} e^{-i phi_u}), phi_t = theta_t + omega t
+    pos = torch.arange(t, device=theta.device, dtype=theta.dtype)
+    phase = theta + pos[:, None] * omega
+    s = (gq * phase.cos()) @ (gk * phase.cos()).transpose(-1, -2)
+    s = (s + (gq * phase.sin()) @ (gk * phase.sin()).transpose(-1, -2)) * (tau / math.sqrt(k))
+    if causal:
+        keep = torch.ones(t, t, dtype=torch.bool, device=theta.device).tril()
+        mask = keep if mask is None else mask & keep
+    attn = torch.softmax(_masked_fill(s, mask, float("-inf")), -1)  # [B,T,T]
+    # circular mean of the raw phases: G_tj = sum_u A_tu e^{i theta_uj}
+    g_re, g_im = attn @ theta.cos(), attn @ theta.sin()
+    coupling = -theta.sin() * g_re + theta.cos() * g_im  # = Im(G e^{-i theta}) = sum A sin(th_u - th_t)
+    delta = cap_norm(value_gate * coupling, max_step)
+    local = torch.sqrt(g_re.square() + g_im.square()).mean((-1, -2))
+    glob = torch.sqrt(theta.cos().mean(1).square() + theta.sin().mean(1).square()).mean(-1)
+    return KuramotoOut(delta, coupling, attn, local, glob)
+
+
+# ---------------------------------------------------------------------------------- modules
+
+
+class _Heads(nn.Module):
+    """Shared plumbing: project to heads, run a core, merge heads, output projection."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
+        self.heads, self.d_h = heads, d_model // heads
+        self.out = nn.Linear(d_model, d_model)
+
+    def split(self, x: Tensor) -> Tensor:  # [B,T,H*d] -> [B,H,T,d]
+        return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+
+    def merge(self, x: Tensor) -> Tensor:  # [B,H,T,d] -> [B,T,H*d]
+        return self.out(x.transpose(1, 2).flatten(-2))
+
+
+class SoftmaxAttention(_Heads):
+    def __init__(self, d_model: int, heads: int):
+        super().__init__(d_model, heads)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        q, k, v = map(self.split, self.qkv(x).chunk(3, -1))
+        return self.merge(softmax_attention(q, k, v, mask=mask))
+
+
+class OscillatorAttention(_Heads):
+    """Projections F (query), G (key), V (value) and per-head anchors r_j = normalize(R e_j).
+
+    anchors="projected" learns R; "tied" uses the first d_osc key coordinates of each head.
+    """
+
+    def __init__(self, d_model: int, heads: int, d_osc: int = 2, p: int = 1, positive: str = "softplus",
+                 anchors: str = "projected", eps: float = 1e-6, factorized: bool = False):
+        super().__init__(d_model, heads)
+        if positive not in POSITIVE:
+            raise ValueError(f"unknown positive map {positive!r}; choose from {sorted(POSITIVE)}")
+        if anchors == "tied" and d_osc > self.d_h:
+            raise ValueError("tied anchors need d_osc <= d_model / heads")
+        self.d_osc, self.p, self.positive, self.anchors, self.eps = d_osc, p, positive, anchors, eps
+        self.factorized = factorized
+        self.qkv = nn.Linear(d_model, 3 * d_model)  # F, G, V
+        self.anchor = nn.Linear(d_model, heads * d_osc) if anchors == "projected" else None
+
+    def anchors_of(self, x: Tensor, k: Tensor) -> Tensor:
+        raw = self.split(self.anchor(x)) if self.anchor is not None else k[..., : self.d_osc]
+        return F.normalize(raw, dim=-1, eps=self.eps)  # [B,H,T,d_osc] unit anchors
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        q, k, v = map(self.split, self.qkv(x).chunk(3, -1))
+        core = oscillator_attention_factorized if self.factorized else oscillator_attention
+        out = core(q, k, v, self.anchors_of(x, k), p=self.p, eps=self.eps, positive=self.positive, mask=mask)
+        return self.merge(out)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_in: int, d_hidden: int, d_out: int):
+        super().__init__()
+        self.gate_up = nn.Linear(d_in, 2 * d_hidden)
+        self.down = nn.Linear(d_hidden, d_out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, -1)
+        return self.down(F.silu(gate) * up)
+
+
+class KuramotoBlock(nn.Module):
+    """Kuramoto attention increment then a SwiGLU increment on the raw angles, each norm-capped."""
+
+    def __init__(self, k: int, d_ff: int, causal: bool = False, max_step: float = 1.0):
+        super().__init__()
+        self.causal, self.max_step = causal, max_step
+        self.gates = nn.Linear(2 * k, 3 * k)  # gate_q, gate_k, value_gate from (cos, sin) features
+        self.omega = nn.Parameter(torch.randn(k) * 0.1)
+        self.log_tau = nn.Parameter(torch.tensor(math.log(4.0)))
+        self.ff = SwiGLU(k, d_ff, k)
+        self.last: KuramotoOut | None = None  # diagnostics of the latest forward
+
+    def forward(self, theta: Tensor, mask: Tensor | None = None) -> Tensor:
+        gq, gk, gv = self.gates(torch.cat([theta.cos(), theta.sin()], -1)).chunk(3, -1)
+        out = kuramoto_attention(theta, gq, gk, self.omega, gv, tau=self.log_tau.exp(), causal=self.causal,
+                                 max_step=self.max_step, mask=mask)
+        self.last = KuramotoOut(*(t.detach() for t in out))
+        theta = theta + out.delta
+        return theta + cap_norm(self.ff(theta), self.max_step)

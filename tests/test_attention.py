@@ -1,0 +1,139 @@
+import math
+
+import pytest
+import torch
+
+from edgeosc.models.attention import (POSITIVE, KuramotoBlock, OscillatorAttention, SoftmaxAttention,
+                                      kuramoto_attention, oscillator_attention,
+                                      oscillator_attention_factorized, softmax_attention)
+
+B, H, T, DH, DV = 2, 3, 11, 8, 5
+
+
+def inputs(d_osc, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(B, H, T, DH, generator=g, dtype=dtype) for _ in range(2))
+    v = torch.randn(B, H, T, DV, generator=g, dtype=dtype)
+    r = torch.nn.functional.normalize(torch.randn(B, H, T, d_osc, generator=g, dtype=dtype), dim=-1)
+    return [t.requires_grad_() for t in (q, k, v, r)]
+
+
+def masks():
+    lengths = torch.tensor([T, T - 4])
+    padding = (torch.arange(T) < lengths[:, None])[:, None, None, :]  # [B,1,1,T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()  # [T,T]
+    return [None, padding, causal]
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("d_osc", [2, 8])
+@pytest.mark.parametrize("mask_i", [0, 1, 2])
+def test_factorized_equals_direct(p, d_osc, mask_i):
+    mask = masks()[mask_i]
+    q, k, v, r = inputs(d_osc, seed=p + d_osc)
+    direct = oscillator_attention(q, k, v, r, p=p, mask=mask)
+    fact = oscillator_attention_factorized(q, k, v, r, p=p, mask=mask)
+    assert (fact - direct).norm() / direct.norm() <= 1e-5
+    gd = torch.autograd.grad(direct.square().sum(), (q, k, v, r))
+    gf = torch.autograd.grad(fact.square().sum(), (q, k, v, r))
+    for a, b in zip(gd, gf):
+        assert (a - b).norm() / a.norm() <= 1e-5
+
+
+def test_p1_closed_form_readout():
+    q, k, v, r = inputs(2)
+    z_out, a = oscillator_attention(q, k, v, r, return_weights=True)
+    # out_i = (sum_j v_j + z_i^T R^T V) / (T + z_i^T sum_j r_j), with z recovered from the weights
+    w = torch.nn.functional.softplus(q @ k.transpose(-1, -2) / math.sqrt(DH))
+    h = w @ r
+    z = h / h.norm(dim=-1, keepdim=True)
+    expected = (v.sum(-2, keepdim=True) + z @ (r.transpose(-1, -2) @ v)) / (T + z @ r.sum(-2).unsqueeze(-1))
+    torch.testing.assert_close(z_out, expected)
+
+
+@pytest.mark.parametrize("positive", sorted(POSITIVE))
+@pytest.mark.parametrize("p", [1, 3])
+def test_weights_nonnegative_rows_sum_to_one(positive, p):
+    q, k, v, r = inputs(3)
+    for mask in masks():
+        _, a = oscillator_attention(q, k, v, r, p=p, positive=positive, mask=mask, return_weights=True)
+        assert (a >= 0).all()
+        torch.testing.assert_close(a.sum(-1), torch.ones_like(a.sum(-1)))
+        if mask is not None:
+            assert (a[~mask.expand_as(a)] == 0).all()
+        _, s = softmax_attention(q, k, v, mask=mask, return_weights=True)
+        assert (s >= 0).all()
+        torch.testing.assert_close(s.sum(-1), torch.ones_like(s.sum(-1)))
+    theta = torch.rand(B, T, 6, dtype=torch.float64) * 2 * math.pi
+    out = kuramoto_attention(theta, *torch.randn(3, B, T, 6, dtype=torch.float64)[:2], torch.rand(6),
+                             torch.randn(B, T, 6, dtype=torch.float64), causal=True)
+    assert (out.attn >= 0).all() and (out.attn.triu(1) == 0).all()
+    torch.testing.assert_close(out.attn.sum(-1), torch.ones(B, T, dtype=torch.float64))
+
+
+def test_positive_maps_strictly_positive():
+    x = torch.linspace(-50, 50, 1001)
+    for name, fn in POSITIVE.items():
+        assert (fn(x) > 0).all(), name
+
+
+@pytest.mark.parametrize("factorized", [False, True])
+def test_degenerate_states_are_finite(factorized):
+    core = oscillator_attention_factorized if factorized else oscillator_attention
+    q, k, v, r = inputs(2)
+    # antipodal anchors with equal weights: h = w r_0 + w (-r_0) = 0 exactly
+    r0 = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    r_anti = torch.stack([r0 if j % 2 == 0 else -r0 for j in range(T - 1)] + [torch.zeros(2, dtype=torch.float64)])
+    r_anti = r_anti.expand(B, H, T, 2).clone().requires_grad_()
+    q0 = torch.zeros_like(q, requires_grad=True)  # equal weights for every key
+    out = core(q0, k, v, r_anti[..., :, :], p=2)
+    grads = torch.autograd.grad(out.sum(), (q0, k, v, r_anti))
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
+    # z = 0: the readout degenerates to the uniform mean of the values
+    torch.testing.assert_close(out, v.mean(-2, keepdim=True).expand_as(out))
+    # all keys masked: finite zeros, not NaN
+    none = torch.zeros(1, 1, 1, T, dtype=torch.bool)
+    out = core(q, k, v, r, mask=none)
+    assert torch.isfinite(out).all() and (out == 0).all()
+
+
+def test_kuramoto_identity():
+    g = torch.Generator().manual_seed(1)
+    theta = torch.rand(B, T, 7, generator=g, dtype=torch.float64) * 20 - 10
+    gq, gk, gv = torch.randn(3, B, T, 7, generator=g, dtype=torch.float64)
+    for causal in (False, True):
+        out = kuramoto_attention(theta, gq, gk, torch.randn(7, generator=g, dtype=torch.float64), gv,
+                                 causal=causal)
+        direct = (out.attn.unsqueeze(-1) * torch.sin(theta.unsqueeze(1) - theta.unsqueeze(2))).sum(2)
+        assert (out.coupling - direct).abs().max() <= 1e-6
+        assert (out.delta.norm(dim=-1) <= 1.0 + 1e-12).all()  # norm-capped increment
+        assert ((0 <= out.local_order) & (out.local_order <= 1)).all()
+        assert ((0 <= out.global_order) & (out.global_order <= 1)).all()
+
+
+def test_kuramoto_score_uses_phase_offset():
+    # with unit gates the score is tau/sqrt(k) sum_j cos(theta_tj - theta_uj + omega_j (t - u))
+    k = 4
+    theta = torch.rand(1, T, k, dtype=torch.float64) * 6
+    omega = torch.randn(k, dtype=torch.float64)
+    zeros = torch.zeros(1, T, k, dtype=torch.float64)
+    out = kuramoto_attention(theta, zeros, zeros, omega, zeros + 1, tau=2.0)
+    t = torch.arange(T, dtype=torch.float64)
+    arg = theta[0, :, None, :] - theta[0, None, :, :] + omega * (t[:, None, None] - t[None, :, None])
+    s = 2.0 / math.sqrt(k) * arg.cos().sum(-1)
+    torch.testing.assert_close(out.attn[0], torch.softmax(s, -1))
+
+
+def test_modules_shapes_and_factorized_module():
+    x = torch.randn(2, T, 16)
+    osc = OscillatorAttention(16, 4, d_osc=3, p=2)
+    fac = OscillatorAttention(16, 4, d_osc=3, p=2, factorized=True)
+    fac.load_state_dict(osc.state_dict())
+    torch.testing.assert_close(osc(x), fac(x), rtol=1e-4, atol=1e-5)
+    assert SoftmaxAttention(16, 4)(x).shape == x.shape
+    tied = OscillatorAttention(16, 4, d_osc=2, anchors="tied")
+    assert tied(x).shape == x.shape and tied.anchor is None
+    theta = torch.randn(2, T, 12)
+    assert KuramotoBlock(12, 8)(theta).shape == theta.shape
+    with pytest.raises(ValueError):
+        OscillatorAttention(16, 4, positive="exp")

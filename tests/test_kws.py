@@ -1,0 +1,34 @@
+import pytest
+import torch
+
+from edgeosc.config import ATTENTION_KINDS, ModelConfig
+from edgeosc.models.kws import build_model, count_parameters
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+@pytest.mark.parametrize("size,low,high", [("small", 15_000, 30_000), ("medium", 100_000, 200_000)])
+def test_model_forward_backward_and_size(attention, size, low, high):
+    cfg = ModelConfig(attention=attention, size=size)
+    model = build_model(cfg)
+    assert low <= count_parameters(model) <= high
+    x = torch.randn(4, cfg.n_frames, cfg.n_coeffs)
+    logits = model(x)
+    assert logits.shape == (4, cfg.n_classes)
+    logits.logsumexp(-1).sum().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_oscillator_and_softmax_networks_differ_only_in_attention():
+    osc = build_model(ModelConfig(attention="oscillator", size="small"))
+    soft = build_model(ModelConfig(attention="softmax", size="small"))
+    extra = count_parameters(osc) - count_parameters(soft)
+    cfg = osc.cfg
+    assert extra == cfg.blocks * (cfg.d_model * cfg.heads * cfg.d_osc + cfg.heads * cfg.d_osc)  # anchors R
+
+
+def test_bad_config():
+    with pytest.raises(ValueError):
+        ModelConfig(attention="linear")
+    with pytest.raises(ValueError):
+        build_model(ModelConfig(size="huge"))
