@@ -1,0 +1,264 @@
+"""The `edgeosc` command line: data, train, eval, demo, summary and the core micro-benchmarks."""
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import click
+
+from .config import ATTENTION_KINDS, DATASETS, POSITIVE_MAPS, AugmentConfig, DataConfig, FeatureConfig, \
+    ModelConfig, TrainConfig
+
+
+def friendly_errors(fn):
+    """Known user-facing problems become one line on stderr and exit status 1, never a traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from .data.audio import AudioError
+        from .data.clipset import DataError
+        from .train import CheckpointError
+        try:
+            return fn(*args, **kwargs)
+        except (DataError, CheckpointError, AudioError, ValueError, FileNotFoundError) as e:
+            raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            raise click.ClickException("interrupted; rerun with --resume to continue from the last epoch") from None
+    return wrapper
+
+
+@click.group(context_settings=dict(help_option_names=["-h", "--help"]))
+def main():
+    """Keyword spotting with softmax-free oscillator attention, from data to edge runtimes."""
+
+
+# ------------------------------------------------------------------------------------- data
+
+def data_options(fn):
+    opts = [
+        click.option("--dataset", type=click.Choice(DATASETS), default="synth", show_default=True,
+                     help="synth: embedded eSpeak NG keywords (no download); speech-commands / fsdd: your download."),
+        click.option("--data-dir", type=click.Path(file_okay=False), help="Folder of the downloaded dataset."),
+        click.option("--task", type=click.Choice(["12", "all"]), default="12", show_default=True,
+                     help="Speech Commands: 10 words + unknown + silence, or every word as a class."),
+        click.option("--data-seed", type=int, default=0, show_default=True, help="Seed of the synthetic set / balancing."),
+        click.option("--n-voices", type=int, default=None, help="Synthetic set: number of voice variants (default all)."),
+        click.option("--renditions", type=int, default=4, show_default=True,
+                     help="Synthetic set: clips per voice and class."),
+        click.option("--test-speakers", default="", help="FSDD: comma-separated speakers held out for test."),
+        click.option("--val-speakers", default="", help="FSDD: comma-separated speakers held out for validation."),
+        click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+                     help="Decoded-clip cache (default $EDGEOSC_CACHE or ~/.cache/edgeosc)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def make_data_cfg(dataset, data_dir, task, data_seed, n_voices, renditions, test_speakers, val_speakers) -> DataConfig:
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise click.ClickException(f"--data-dir {data_dir}: no such folder")
+    split = lambda s: tuple(x.strip() for x in s.split(",") if x.strip())  # noqa: E731
+    return DataConfig(dataset=dataset, data_dir=str(Path(data_dir).resolve()) if data_dir else None, task=task,
+                      seed=data_seed, n_voices=n_voices, renditions=renditions,
+                      test_speakers=split(test_speakers), val_speakers=split(val_speakers))
+
+
+def describe(data) -> str:
+    import numpy as np
+    counts = {s: len(data.indices(s)) for s in ("train", "val", "test")}
+    groups = {s: len(np.unique(data.groups[data.split == s])) for s in counts}
+    return (f"{len(data.audio)} clips, {len(data.classes)} classes; " +
+            ", ".join(f"{s} {counts[s]} ({groups[s]} speakers)" for s in counts) +
+            (f"; skipped {len(data.skipped)} files" if data.skipped else ""))
+
+
+@main.group()
+def data():
+    """Make or inspect datasets."""
+
+
+@data.command("synth")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--n-voices", type=int, default=None, help="Number of voice variants (default all).")
+@click.option("--renditions", type=int, default=4, show_default=True, help="Clips per voice and class.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
+@friendly_errors
+def data_synth(seed, n_voices, renditions, cache_dir):
+    """Generate (once, then cached) the synthetic 12-class keyword set with eSpeak NG."""
+    from .data import load_dataset
+    ds = load_dataset(DataConfig(seed=seed, n_voices=n_voices, renditions=renditions), cache_dir)
+    click.echo(describe(ds))
+
+
+@data.command("info")
+@data_options
+@friendly_errors
+def data_info(cache_dir, **kw):
+    """Load a dataset (decoding and caching it) and print its splits and skipped files."""
+    from .data import load_dataset
+    ds = load_dataset(make_data_cfg(**kw), cache_dir)
+    click.echo(describe(ds))
+    for f, why in ds.skipped[:20]:
+        click.echo(f"  skipped {f}: {why}")
+
+
+# ------------------------------------------------------------------------------------ train
+
+@main.command()
+@data_options
+@click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="oscillator", show_default=True)
+@click.option("--size", type=click.Choice(["small", "medium"]), default="small", show_default=True,
+              help="small: ~23k parameters; medium: ~170k.")
+@click.option("--d-osc", type=int, default=ModelConfig.d_osc, show_default=True, help="Oscillator dimension.")
+@click.option("--p", "p", type=int, default=ModelConfig.p, show_default=True, help="Readout sharpening power.")
+@click.option("--positive", type=click.Choice(POSITIVE_MAPS), default=ModelConfig.positive, show_default=True,
+              help="Positive map of the coupling weights.")
+@click.option("--n-mfcc", type=int, default=FeatureConfig.n_mfcc, show_default=True,
+              help="0: 40 log-mel bands; >0: that many MFCCs.")
+@click.option("--normalize", type=click.Choice(["utterance", "none"]), default=FeatureConfig.normalize,
+              show_default=True, help="Per-clip mean subtraction of the features.")
+@click.option("--epochs", type=int, default=TrainConfig.epochs, show_default=True)
+@click.option("--batch-size", type=int, default=TrainConfig.batch_size, show_default=True)
+@click.option("--lr", type=float, default=TrainConfig.lr, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--no-augment", is_flag=True, help="Disable time shift, noise mixing and gain.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Run folder (default runs/<dataset>-<attention>-<size>-s<seed>).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT/last.pt.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@friendly_errors
+def train(cache_dir, attention, size, d_osc, p, positive, n_mfcc, normalize, epochs, batch_size, lr, seed,
+          device, no_augment, out, resume, quiet, **data_kw):
+    """Train a KWS model, keep the best checkpoint by validation accuracy, report test accuracy."""
+    from .data import load_dataset
+    from .train import format_confusion, train as run_train
+    data_cfg = make_data_cfg(**data_kw)
+    out = Path(out or f"runs/{data_cfg.dataset}-{attention}-{size}-s{seed}")
+    if not resume and (out / "last.pt").exists():
+        raise click.ClickException(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
+    ds = load_dataset(data_cfg, cache_dir, progress=not quiet)
+    click.echo(f"data: {describe(ds)}")
+    aug = AugmentConfig(noise_prob=0.0, time_shift_ms=0.0, gain_db=(0.0, 0.0)) if no_augment else AugmentConfig()
+    res = run_train(ds, out, model_cfg=ModelConfig(attention=attention, size=size, d_osc=d_osc, p=p, positive=positive),
+                    feature_cfg=FeatureConfig(n_mfcc=n_mfcc, normalize=normalize),
+                    train_cfg=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device,
+                                          augment=aug),
+                    data_cfg=data_cfg, resume=resume, progress=not quiet)
+    click.echo(format_confusion(res["test_confusion"], res["classes"]))
+    click.echo(f"{attention} ({size}, {res['parameters']} parameters): test accuracy {res['test_accuracy']:.4f} "
+               f"on {res['test_n']} clips; best val {res['best_val_accuracy']:.4f}; run folder {out}")
+
+
+@main.command("eval")
+@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@data_options
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@friendly_errors
+def eval_cmd(checkpoint, cache_dir, split, device, as_json, **data_kw):
+    """Evaluate CHECKPOINT on a split of its own dataset (or of --dataset/--data-dir when given)."""
+    from .data import load_dataset
+    from .train import evaluate_checkpoint, format_confusion, load_checkpoint
+    ckpt = load_checkpoint(checkpoint)
+    given = click.get_current_context().get_parameter_source("dataset").name != "DEFAULT" or data_kw["data_dir"]
+    data_cfg = make_data_cfg(**data_kw) if given else ckpt.data_cfg
+    res = evaluate_checkpoint(checkpoint, load_dataset(data_cfg, cache_dir), split, device)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    click.echo(format_confusion(res["confusion"], res["classes"]))
+    click.echo(f"{split} accuracy {res['accuracy']:.4f} on {res['n']} clips (loss {res['loss']:.4f})")
+
+
+# ------------------------------------------------------------------------------- demo, summary
+
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False), default="runs/demo", show_default=True)
+@click.option("--epochs", type=int, default=25, show_default=True)
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
+@click.option("--quiet", is_flag=True)
+@friendly_errors
+def demo(out, epochs, cache_dir, quiet):
+    """The main job on the embedded default: synthesize keywords, train oscillator and softmax, compare."""
+    from .data import load_dataset
+    from .train import train as run_train
+    data_cfg = DataConfig()
+    ds = load_dataset(data_cfg, cache_dir, progress=not quiet)
+    click.echo(f"data: {describe(ds)}")
+    rows = []
+    for attention in ("oscillator", "softmax"):
+        click.echo(f"training {attention} attention ...")
+        res = run_train(ds, Path(out) / attention, model_cfg=ModelConfig(attention=attention),
+                        feature_cfg=FeatureConfig(), train_cfg=TrainConfig(epochs=epochs), data_cfg=data_cfg,
+                        resume=True, progress=not quiet)
+        rows.append(res)
+    click.echo(f"\n{'attention':<12}{'params':>8}{'epochs':>8}{'val acc':>9}{'test acc':>10}")
+    for r in rows:
+        click.echo(f"{r['attention']:<12}{r['parameters']:>8}{r['epochs']:>8}{r['best_val_accuracy']:>9.4f}"
+                   f"{r['test_accuracy']:>10.4f}")
+    click.echo(f"test accuracy, oscillator - softmax: {100 * (rows[0]['test_accuracy'] - rows[1]['test_accuracy']):+.2f} "
+               f"points (voice-disjoint synthetic test set; run folders under {out})")
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def summary(run_dirs, as_json):
+    """Mean and spread of test accuracy over seeds, grouped by dataset, attention, size, d_osc, p.
+
+    RUN_DIRS are run folders or folders holding them (searched for results.json).
+    """
+    from .train import load_checkpoint
+    groups = defaultdict(list)
+    for root in run_dirs:
+        for res_file in sorted(Path(root).rglob("results.json")):
+            res = json.loads(res_file.read_text())
+            dataset = load_checkpoint(res_file.parent / "best.pt").data_cfg.dataset
+            key = (dataset, res["attention"], res["size"], res["d_osc"] if res["attention"] == "oscillator" else "-",
+                   res["p"] if res["attention"] == "oscillator" else "-")
+            groups[key].append(100 * res["test_accuracy"])
+    if not groups:
+        raise click.ClickException(f"no results.json under {', '.join(run_dirs)}")
+    rows = [dict(dataset=k[0], attention=k[1], size=k[2], d_osc=k[3], p=k[4], n=len(v), mean=statistics.mean(v),
+                 std=statistics.stdev(v) if len(v) > 1 else 0.0, runs=v) for k, v in sorted(groups.items(), key=str)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    click.echo(f"{'dataset':<16}{'attention':<12}{'size':<8}{'d_osc':>6}{'p':>3}{'n':>4}  test accuracy %")
+    for r in rows:
+        click.echo(f"{r['dataset']:<16}{r['attention']:<12}{r['size']:<8}{r['d_osc']:>6}{r['p']:>3}{r['n']:>4}  "
+                   f"{r['mean']:6.2f} +- {r['std']:.2f}")
+
+
+# --------------------------------------------------------------------------- core benchmarks
+
+@main.command()
+@click.option("--repeats", type=int, default=20, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True)
+def microbench(repeats, threads):
+    """Time direct vs factorized oscillator attention vs softmax attention (one run, as ratios)."""
+    from .bench_core import attention_microbench
+    attention_microbench(repeats=repeats, threads=threads, echo=click.echo)
+
+
+@main.command()
+@click.option("--samples", type=int, default=2000, show_default=True)
+@click.option("--delta", type=float, default=0.1, show_default=True, help="Failure-mode threshold.")
+def dynamics(samples, delta):
+    """Integrate the Lohe flow: closed-form error, convergence time and failure modes vs d_osc."""
+    from .dynamics import convergence_study
+    click.echo(f"{'d_osc':>5} {'max rel err':>12} {'mean t':>8} {'p95 t':>8} {'P(|h|<delta)':>13} {'P(near -z*)':>12}")
+    for d in (2, 3, 4, 8, 16, 32):
+        r = convergence_study(d, samples, delta=delta)
+        click.echo(f"{d:>5} {r.max_rel_error:>12.2e} {r.mean_time:>8.2f} {r.p95_time:>8.2f} "
+                   f"{r.p_small_h:>13.4f} {r.p_near_antipode:>12.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Datasets, all decoded to a ClipSet: the embedded synthetic set, Speech Commands, FSDD."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..config import DataConfig
+from .clipset import ClipSet, DataError
+
+
+def default_cache_dir() -> Path:
+    """$EDGEOSC_CACHE, else $XDG_CACHE_HOME/edgeosc, else ~/.cache/edgeosc."""
+    if os.environ.get("EDGEOSC_CACHE"):
+        return Path(os.environ["EDGEOSC_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgeosc"
+
+
+def load_dataset(cfg: DataConfig, cache_dir: str | Path | None = None, progress: bool = True) -> ClipSet:
+    cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    if cfg.dataset == "synth":
+        from .synth import load_synth
+        return load_synth(cache_dir, seed=cfg.seed, n_voices=cfg.n_voices, renditions=cfg.renditions,
+                          progress=progress)
+    if cfg.dataset == "speech-commands":
+        from .speech_commands import load_speech_commands
+        return load_speech_commands(cfg.data_dir, task=cfg.task, cache_dir=cache_dir, seed=cfg.seed,
+                                    progress=progress)
+    from .fsdd import load_fsdd
+    return load_fsdd(cfg.data_dir, test_speakers=cfg.test_speakers or None, val_speakers=cfg.val_speakers or None,
+                     cache_dir=cache_dir, progress=progress)
+
+
+__all__ = ["ClipSet", "DataError", "load_dataset", "default_cache_dir"]

@@ -1,0 +1,45 @@
+"""Batch waveform augmentation: time shift, background noise at a random SNR, random gain."""
+from __future__ import annotations
+
+import torch
+
+from ..config import AugmentConfig
+
+FLOOR_POWER = 1e-4  # -40 dBFS: silent clips get noise relative to this, not to zero (which gives none)
+
+
+def _uniform(lo_hi, n, generator) -> torch.Tensor:
+    lo, hi = lo_hi
+    return lo + (hi - lo) * torch.rand(n, generator=generator, device=generator.device)
+
+
+def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
+            noise: torch.Tensor | None = None, *, sample_rate: int = 16000) -> torch.Tensor:
+    """Augment a [B, S] float batch in [-1, 1]; deterministic given the generator's state."""
+    b, s = wave.shape
+    dev, gdev = wave.device, generator.device
+    # Every draw happens for every row, in a fixed order, so results depend only on the seed.
+    max_shift = int(round(cfg.time_shift_ms * sample_rate / 1000.0))
+    shift = torch.randint(-max_shift, max_shift + 1, (b,), generator=generator, device=gdev).to(dev)
+    use_noise = (torch.rand(b, generator=generator, device=gdev) < cfg.noise_prob).to(dev)
+    snr_db = _uniform(cfg.snr_db, b, generator).to(dev)
+    gain_db = _uniform(cfg.gain_db, b, generator).to(dev)
+    if noise is None or noise.numel() == 0:
+        seg = torch.randn(b, s, generator=generator, device=gdev).to(dev)
+    else:
+        bank = noise.to(dev)
+        if bank.numel() < s:  # a short bank is tiled so any segment fits
+            bank = bank.repeat(s // bank.numel() + 1)
+        start = torch.randint(0, bank.numel() - s + 1, (b,), generator=generator, device=gdev).to(dev)
+        seg = bank.unfold(0, s, 1)[start]  # windows are views: only the B picked rows are copied
+        seg = seg.float() / 32768.0 if not seg.is_floating_point() else seg.float()  # int16 bank
+
+    # out[t] = in[t - shift], zero outside: row b is the window at (max_shift - shift) of a padded copy
+    padded = torch.nn.functional.pad(wave, (max_shift, max_shift))
+    x = padded.unfold(1, s, 1)[torch.arange(b, device=dev), max_shift - shift]
+
+    p_sig = (torch.einsum("bs,bs->b", x, x) / s).clamp_min(FLOOR_POWER)
+    p_noise = (torch.einsum("bs,bs->b", seg, seg) / s).clamp_min(1e-12)
+    scale = torch.sqrt(p_sig / (p_noise * 10.0 ** (snr_db / 10.0))) * use_noise
+    x = torch.addcmul(x, scale[:, None], seg)  # x is a fresh tensor from here on: in-place is safe
+    return x.mul_((10.0 ** (gain_db / 20.0))[:, None]).clamp_(-1.0, 1.0)

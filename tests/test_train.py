@@ -1,0 +1,57 @@
+import dataclasses
+
+import pytest
+import torch
+
+from edgeosc.config import AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
+from edgeosc.train import CheckpointError, evaluate_checkpoint, load_checkpoint, train
+
+TRAIN = TrainConfig(epochs=3, batch_size=8, lr=3e-3, patience=10, augment=AugmentConfig(noise_prob=0.5))
+
+
+def run(tones, data_cfg, out, attention="oscillator", **kw):
+    return train(tones, out, model_cfg=ModelConfig(attention=attention, size="small", dropout=0.1),
+                 feature_cfg=FeatureConfig(), train_cfg=kw.pop("train_cfg", TRAIN), data_cfg=data_cfg,
+                 progress=False, **kw)
+
+
+def test_resume_after_interruption_equals_uninterrupted_run(tones, data_cfg, tmp_path):
+    full = run(tones, data_cfg, tmp_path / "full")
+    assert run(tones, data_cfg, tmp_path / "cut", stop_after_epochs=1) == dict(interrupted=True, epochs=1)
+    resumed = run(tones, data_cfg, tmp_path / "cut", resume=True)
+    a, b = (torch.load(tmp_path / d / "last.pt", weights_only=True)["model"] for d in ("full", "cut"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert full["test_accuracy"] == resumed["test_accuracy"] and full["epochs"] == resumed["epochs"] == 3
+
+
+@pytest.mark.parametrize("attention", ["oscillator", "softmax", "kuramoto"])
+def test_training_learns_and_writes_artifacts(tones, data_cfg, tmp_path, attention):
+    cfg = dataclasses.replace(TRAIN, epochs=8, lr=1e-2)
+    res = run(tones, data_cfg, tmp_path, attention, train_cfg=cfg)
+    assert res["best_val_accuracy"] > 0.6  # three tones are easy; chance is 1/3
+    assert {"best.pt", "last.pt", "metrics.json", "results.json"} <= {p.name for p in tmp_path.iterdir()}
+    assert len(res["test_confusion"]) == 3 and sum(map(sum, res["test_confusion"])) == res["test_n"] == 9
+    again = evaluate_checkpoint(tmp_path / "best.pt", tones)
+    assert again["accuracy"] == res["test_accuracy"]
+
+
+def test_bad_checkpoints(tones, data_cfg, tmp_path):
+    with pytest.raises(CheckpointError, match="no such"):
+        load_checkpoint(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="junk.pt"):
+        load_checkpoint(tmp_path / "junk.pt")
+    run(tones, data_cfg, tmp_path / "r", train_cfg=dataclasses.replace(TRAIN, epochs=1))
+    raw = torch.load(tmp_path / "r" / "best.pt", weights_only=True)
+    raw["model_config"]["d_osc"] = 5  # weights of another model
+    torch.save(raw, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="does not match"):
+        load_checkpoint(tmp_path / "other.pt")
+    raw = torch.load(tmp_path / "r" / "best.pt", weights_only=True)
+    raw["model"]["head.weight"][0, 0] = float("nan")
+    torch.save(raw, tmp_path / "nan.pt")
+    with pytest.raises(CheckpointError, match="non-finite"):
+        load_checkpoint(tmp_path / "nan.pt")
+    with pytest.raises(CheckpointError, match="another model"):  # resume with a different model config
+        train(tones, tmp_path / "r", model_cfg=ModelConfig(size="small", d_osc=4), feature_cfg=FeatureConfig(),
+              train_cfg=TRAIN, data_cfg=data_cfg, resume=True, progress=False)
