@@ -236,6 +236,23 @@ def summary(run_dirs, as_json):
                    f"{r['mean']:6.2f} +- {r['std']:.2f}")
 
 
+@main.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Sweep folder (default runs/sweep-<name>).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
+@click.option("--quiet", is_flag=True)
+@friendly_errors
+def sweep(config, out, cache_dir, quiet):
+    """Train a grid of runs from a TOML sweep file (see sweeps/); write results.csv/json and accuracy.png.
+
+    Finished runs are skipped and unfinished ones resumed, so an interrupted sweep continues where it stopped.
+    """
+    from .sweep import run_sweep
+    out = Path(out or f"runs/sweep-{Path(config).stem}")
+    rows = run_sweep(config, out, cache_dir, progress=not quiet, echo=click.echo)
+    click.echo(f"{len(rows)} runs; table {out / 'results.csv'}, plot {out / 'accuracy.png'}")
+
+
 # --------------------------------------------------------------------------- core benchmarks
 
 @main.command()

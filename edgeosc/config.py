@@ -74,6 +74,7 @@ class ModelConfig:
     d_osc: int = 2
     p: int = 1
     positive: str = "softplus"
+    anchors: str = "projected"  # "projected": own projection R; "tied": first d_osc key coordinates
     eps: float = 1e-6
     dropout: float = 0.1
 
@@ -82,6 +83,8 @@ class ModelConfig:
             raise ValueError(f"unknown attention kind {self.attention!r}; choose from {ATTENTION_KINDS}")
         if self.positive not in POSITIVE_MAPS:
             raise ValueError(f"unknown positive map {self.positive!r}; choose from {POSITIVE_MAPS}")
+        if self.anchors not in ("projected", "tied"):
+            raise ValueError(f"unknown anchors {self.anchors!r}; choose 'projected' or 'tied'")
         if self.d_osc < 1 or self.p < 1:
             raise ValueError("d_osc and p must be >= 1")
 

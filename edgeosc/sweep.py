@@ -1,0 +1,156 @@
+"""Grid sweeps over any config field, in-process, with a results table and an accuracy-vs-d_osc plot.
+
+A sweep file is TOML: `[base.<section>]` tables set fixed fields, `[grid]` maps dotted
+"<section>.<field>" keys to lists; sections are data, features, model, train. Example:
+
+    [base.train]
+    epochs = 25
+    [grid]
+    "model.attention" = ["oscillator", "softmax"]
+    "model.d_osc" = [2, 8]
+    "train.seed" = [0, 1, 2]
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import statistics
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+from .config import DataConfig, FeatureConfig, ModelConfig, TrainConfig, from_dict, to_dict
+from .io import atomic_path, write_json
+
+SECTIONS = {"data": DataConfig, "features": FeatureConfig, "model": ModelConfig, "train": TrainConfig}
+OSCILLATOR_ONLY = ("d_osc", "p", "positive", "anchors")  # meaningless for softmax / kuramoto: deduplicated
+
+
+def load_sweep(path: str | Path) -> tuple[dict, dict]:
+    try:
+        return load_sweep_text(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read sweep file ({e})")
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}")
+
+
+def load_sweep_text(text: str) -> tuple[dict, dict]:
+    """(base sections, grid) from TOML text, every key checked against the config dataclasses."""
+    try:
+        spec = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"cannot read sweep file ({e})")
+    base, grid = spec.get("base", {}), spec.get("grid", {})
+    unknown = set(spec) - {"base", "grid"} | set(base) - set(SECTIONS)
+    for key, values in grid.items():
+        section, _, name = key.partition(".")
+        if section not in SECTIONS or name not in {f.name for f in dataclasses.fields(SECTIONS[section])}:
+            unknown.add(key)
+        elif not isinstance(values, list) or not values:
+            raise ValueError(f"grid entry {key!r} must be a non-empty list")
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}; sections are {sorted(SECTIONS)}")
+    return base, grid
+
+
+def expand(base: dict, grid: dict) -> list[tuple[str, dict]]:
+    """(run name, {section: config}) for every grid point, deduplicated."""
+    runs, seen = [], set()
+    keys = list(grid)
+    for values in itertools.product(*(grid[k] for k in keys)):
+        sections = {s: dict(base.get(s, {})) for s in SECTIONS}
+        for key, value in zip(keys, values):
+            section, _, name = key.partition(".")
+            sections[section][name] = value
+        if sections["model"].get("attention", "oscillator") != "oscillator":
+            for name in OSCILLATOR_ONLY:
+                sections["model"].pop(name, None)
+        cfgs = {s: from_dict(cls, sections[s]) for s, cls in SECTIONS.items()}
+        ident = repr(sorted((s, repr(to_dict(c))) for s, c in cfgs.items()))
+        if ident in seen:
+            continue
+        seen.add(ident)
+        name = "-".join(f"{k.split('.')[1]}={_short(v)}" for k, v in zip(keys, values)
+                        if not (k.split(".")[1] in OSCILLATOR_ONLY and cfgs["model"].attention != "oscillator"))
+        runs.append((name or "base", cfgs))
+    return runs
+
+
+def _short(v) -> str:
+    return "+".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
+def run_sweep(path: str | Path, out_dir: str | Path, cache_dir=None, progress: bool = True, echo=print) -> list[dict]:
+    """Train every grid point (skipping finished ones), then write results.csv/json and accuracy.png."""
+    from .data import load_dataset
+    from .train import read_results, train
+    base, grid = load_sweep(path)
+    out_dir = Path(out_dir)
+    rows, datasets = [], {}
+    runs = expand(base, grid)
+    for i, (name, cfgs) in enumerate(runs, 1):
+        run_dir = out_dir / name
+        if not (run_dir / "results.json").is_file():
+            echo(f"[{i}/{len(runs)}] {name}")
+            key = repr(cfgs["data"])
+            if key not in datasets:
+                datasets = {key: load_dataset(cfgs["data"], cache_dir, progress=progress)}  # keep one in memory
+            train(datasets[key], run_dir, model_cfg=cfgs["model"], feature_cfg=cfgs["features"],
+                  train_cfg=cfgs["train"], data_cfg=cfgs["data"], resume=True, progress=progress)
+        res = read_results(run_dir)
+        row = {k: _short(v) for k, v in zip(grid, _grid_values(cfgs, grid))}
+        row.update(run=name, attention=cfgs["model"].attention, d_osc=cfgs["model"].d_osc, p=cfgs["model"].p,
+                   test_accuracy=res["test_accuracy"], best_val_accuracy=res["best_val_accuracy"],
+                   parameters=res["parameters"], epochs=res["epochs"])
+        rows.append(row)
+        echo(f"    test accuracy {res['test_accuracy']:.4f}")
+    write_results(rows, out_dir)
+    return rows
+
+
+def _grid_values(cfgs: dict, grid: dict) -> list:
+    return [getattr(cfgs[k.split(".")[0]], k.split(".")[1]) for k in grid]
+
+
+def write_results(rows: list[dict], out_dir: Path) -> None:
+    write_json(out_dir / "results.json", rows)
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with atomic_path(out_dir / "results.csv") as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    plot_accuracy(rows, out_dir / "accuracy.png")
+
+
+def plot_accuracy(rows: list[dict], path: Path) -> None:
+    """Test accuracy vs d_osc, one oscillator line per p (mean and spread over the other grid axes,
+    e.g. seeds); other attention kinds as horizontal bands."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    by_kind = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        osc = r["attention"] == "oscillator"
+        by_kind[f"oscillator p={r['p']}" if osc else r["attention"]][r["d_osc"] if osc else None].append(
+            100 * r["test_accuracy"])
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for label in sorted(k for k in by_kind if k.startswith("oscillator")):
+        osc = by_kind.pop(label)
+        xs = sorted(osc)
+        ax.errorbar(xs, [statistics.mean(osc[x]) for x in xs], fmt="o-", capsize=3, label=label,
+                    yerr=[statistics.stdev(osc[x]) if len(osc[x]) > 1 else 0 for x in xs])
+        ax.set_xscale("log", base=2)
+    for kind, accs in by_kind.items():
+        vals = accs[None]
+        m, s = statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0
+        ax.axhline(m, ls="--", label=f"{kind} ({m:.1f}%)", color="k" if kind == "softmax" else "C7")
+        ax.axhspan(m - s, m + s, alpha=0.15, color="k" if kind == "softmax" else "C7")
+    ax.set_xlabel("d_osc")
+    ax.set_ylabel("test accuracy (%)")
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)

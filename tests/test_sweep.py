@@ -1,0 +1,48 @@
+import csv
+
+import pytest
+
+from edgeosc import sweep
+
+SPEC = """
+[base.data]
+n_voices = 4
+renditions = 1
+[base.train]
+epochs = 1
+batch_size = 16
+[grid]
+"model.attention" = ["oscillator", "softmax"]
+"model.d_osc" = [2, 4]
+"""
+
+
+def test_expand_deduplicates_settings_softmax_ignores():
+    base, grid = sweep.load_sweep_text(SPEC)
+    names = [name for name, _ in sweep.expand(base, grid)]
+    assert names == ["attention=oscillator-d_osc=2", "attention=oscillator-d_osc=4", "attention=softmax"]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('[grid]\n"model.colour" = [1]', "model.colour"),
+    ('[grid]\n"optim.lr" = [1]', "optim.lr"),
+    ('[grid]\n"model.p" = []', "non-empty"),
+    ("[grid\n", "cannot read"),
+])
+def test_bad_sweep_files(text, needle):
+    with pytest.raises(ValueError, match=needle):
+        sweep.load_sweep_text(text)
+
+
+def test_run_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC)
+    rows = sweep.run_sweep(spec, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False, echo=lambda *_: None)
+    assert len(rows) == 3 and all(0 <= r["test_accuracy"] <= 1 for r in rows)
+    with open(tmp_path / "out" / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [r["run"] for r in table] == [r["run"] for r in rows]
+    assert (tmp_path / "out" / "accuracy.png").stat().st_size > 1000
+    said = []
+    again = sweep.run_sweep(spec, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False, echo=said.append)
+    assert again == rows and not any(s.startswith("[") for s in said)  # nothing retrained
