@@ -75,6 +75,7 @@ class ModelConfig:
     p: int = 1
     positive: str = "softplus"
     anchors: str = "projected"  # "projected": own projection R; "tied": first d_osc key coordinates
+    score_scale: float = 1.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
     eps: float = 1e-6
     dropout: float = 0.1
 

@@ -71,7 +71,8 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
                           tuple(raw["classes"]), raw)
         ckpt.model.load_state_dict(raw["model"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{path}: checkpoint does not match its model config ({str(e).splitlines()[0][:160]})")
+        detail = " ".join(line.strip() for line in str(e).splitlines()[1:] or [str(e)])
+        raise CheckpointError(f"{path}: checkpoint does not match its model config ({detail[:200]})")
     bad = [k for k, v in raw["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
         raise CheckpointError(f"{path}: non-finite weights in {', '.join(bad[:3])}")
@@ -147,7 +148,11 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     if len(train_b) == 0 or len(val_b) == 0:
         raise ValueError("the dataset has no training or no validation clips")
     steps = math.ceil(len(train_b) / train_cfg.batch_size)
-    opt = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    # decay projection weights only: biases, norms, score scales, positions and phases keep their values
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d))}
+    groups = [dict(params=[p for p in model.parameters() if id(p) in decay]),
+              dict(params=[p for p in model.parameters() if id(p) not in decay], weight_decay=0.0)]
+    opt = torch.optim.AdamW(groups, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(train_cfg, steps))
     header = dict(format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, model_config=to_dict(model_cfg),
                   feature_config=to_dict(feature_cfg), data_config=to_dict(data_cfg),

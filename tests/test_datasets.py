@@ -120,10 +120,11 @@ def test_fsdd_default_split(fsdd):
     assert fsdd.audio.shape == (2000, 16000) and fsdd.classes == DIGITS
     assert np.all(np.bincount(fsdd.labels) == 200)
     assert set(fsdd.groups[fsdd.split == "test"]) == {"nicolas"}
-    assert set(fsdd.groups[fsdd.split == "val"]) == {"lucas"}
-    assert set(fsdd.groups[fsdd.split == "train"]) == {"george", "jackson"}
+    # leave-one-speaker-out: the other three train; their recordings 0-4 validate
+    assert set(fsdd.groups[fsdd.split == "val"]) == set(fsdd.groups[fsdd.split == "train"]) == {"george", "jackson", "lucas"}
+    assert len(fsdd.indices("val")) == 3 * 10 * 5 and len(fsdd.indices("test")) == 500
     assert fsdd.skipped == []
-    assert_speaker_disjoint(fsdd)
+    assert not set(fsdd.groups[fsdd.split == "test"]) & set(fsdd.groups[fsdd.split != "test"])
 
 
 @pytest.fixture

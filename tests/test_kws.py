@@ -24,7 +24,7 @@ def test_oscillator_and_softmax_networks_differ_only_in_attention():
     soft = build_model(ModelConfig(attention="softmax", size="small"))
     extra = count_parameters(osc) - count_parameters(soft)
     cfg = osc.cfg
-    assert extra == cfg.blocks * (cfg.d_model * cfg.heads * cfg.d_osc + cfg.heads * cfg.d_osc)  # anchors R
+    assert extra == cfg.blocks * (cfg.d_model * cfg.heads * cfg.d_osc + cfg.heads * cfg.d_osc)  # anchors R only
 
 
 def test_bad_config():

@@ -150,29 +150,38 @@ def kuramoto_attention(theta: Tensor, gate_q: Tensor, gate_k: Tensor, omega: Ten
 
 
 class _Heads(nn.Module):
-    """Shared plumbing: project to heads, run a core, merge heads, output projection."""
+    """Shared plumbing: project to heads, a learned per-head score scale, merge heads, output projection.
 
-    def __init__(self, d_model: int, heads: int):
+    The scale multiplies q k^T / sqrt(d_h). It is a scalar, so weight decay (matrices only) does not
+    pull the scores towards 0, where softplus is ~ log 2 + x / 2 and every query gets the same z.
+    """
+
+    def __init__(self, d_model: int, heads: int, score_scale: float = 1.0):
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
         self.heads, self.d_h = heads, d_model // heads
+        self.log_scale = nn.Parameter(torch.full((heads, 1, 1), math.log(score_scale)))
         self.out = nn.Linear(d_model, d_model)
 
     def split(self, x: Tensor) -> Tensor:  # [B,T,H*d] -> [B,H,T,d]
         return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+
+    def qkv_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = map(self.split, self.qkv(x).chunk(3, -1))
+        return q * self.log_scale.exp(), k, v
 
     def merge(self, x: Tensor) -> Tensor:  # [B,H,T,d] -> [B,T,H*d]
         return self.out(x.transpose(1, 2).flatten(-2))
 
 
 class SoftmaxAttention(_Heads):
-    def __init__(self, d_model: int, heads: int):
-        super().__init__(d_model, heads)
+    def __init__(self, d_model: int, heads: int, score_scale: float = 1.0):
+        super().__init__(d_model, heads, score_scale)
         self.qkv = nn.Linear(d_model, 3 * d_model)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        q, k, v = map(self.split, self.qkv(x).chunk(3, -1))
+        q, k, v = self.qkv_heads(x)
         return self.merge(softmax_attention(q, k, v, mask=mask))
 
 
@@ -183,8 +192,8 @@ class OscillatorAttention(_Heads):
     """
 
     def __init__(self, d_model: int, heads: int, d_osc: int = 2, p: int = 1, positive: str = "softplus",
-                 anchors: str = "projected", eps: float = 1e-6, factorized: bool = False):
-        super().__init__(d_model, heads)
+                 anchors: str = "projected", eps: float = 1e-6, factorized: bool = False, score_scale: float = 1.0):
+        super().__init__(d_model, heads, score_scale)
         if positive not in POSITIVE:
             raise ValueError(f"unknown positive map {positive!r}; choose from {sorted(POSITIVE)}")
         if anchors == "tied" and d_osc > self.d_h:
@@ -199,7 +208,7 @@ class OscillatorAttention(_Heads):
         return F.normalize(raw, dim=-1, eps=self.eps)  # [B,H,T,d_osc] unit anchors
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        q, k, v = map(self.split, self.qkv(x).chunk(3, -1))
+        q, k, v = self.qkv_heads(x)
         core = oscillator_attention_factorized if self.factorized else oscillator_attention
         out = core(q, k, v, self.anchors_of(x, k), p=self.p, eps=self.eps, positive=self.positive, mask=mask)
         return self.merge(out)

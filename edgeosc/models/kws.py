@@ -55,8 +55,9 @@ class KWSTransformer(nn.Module):
     @staticmethod
     def _attention(cfg: ModelConfig) -> nn.Module:
         if cfg.attention == "softmax":
-            return SoftmaxAttention(cfg.d_model, cfg.heads)
-        return OscillatorAttention(cfg.d_model, cfg.heads, cfg.d_osc, cfg.p, cfg.positive, cfg.anchors, cfg.eps)
+            return SoftmaxAttention(cfg.d_model, cfg.heads, cfg.score_scale)
+        return OscillatorAttention(cfg.d_model, cfg.heads, cfg.d_osc, cfg.p, cfg.positive, cfg.anchors, cfg.eps,
+                                   score_scale=cfg.score_scale)
 
     def forward(self, feats: Tensor) -> Tensor:  # [B,T,C]
         x = self.stem(feats.transpose(1, 2)).transpose(1, 2) + self.pos  # [B,T,d]
