@@ -170,3 +170,8 @@ def test_fsdd_cache_round_trip(small_fsdd, tmp_path, monkeypatch):
     for k in ("audio", "labels", "groups", "split"):
         assert np.array_equal(getattr(a, k), getattr(b, k))
     assert a.classes == b.classes and a.skipped == b.skipped
+    monkeypatch.undo()
+    extra = next(FSDD.glob("3_george_0.wav"))
+    (small_fsdd / "recordings" / extra.name).symlink_to(extra)  # the download changed: cache is stale
+    c = load_fsdd(small_fsdd, cache_dir=tmp_path / "cache", progress=False)
+    assert len(c.audio) == len(a.audio) + 1

@@ -124,6 +124,15 @@ def load_clips(files, labels, groups, splits, classes, *, progress=True, noise=N
                    classes=tuple(classes), noise=noise, skipped=skipped, meta=dict(meta or {}))
 
 
+def fingerprint(folder: Path) -> str:
+    """Names, sizes and mtimes of the WAVs under `folder`, so a changed download invalidates its cache."""
+    h = hashlib.sha1()
+    for f in sorted(Path(folder).rglob("*.wav")):
+        st = f.stat()
+        h.update(f"{f.relative_to(folder)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
 def cached(cache_dir, prefix: str, key: str, build) -> ClipSet:
     """Return the ClipSet cached under cache_dir/<prefix>-<hash of key>, building and saving it if absent."""
     if cache_dir is None:

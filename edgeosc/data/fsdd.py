@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from ..config import DIGITS
-from .audio import cached, load_clips
+from .audio import cached, fingerprint, load_clips
 from .clipset import ClipSet, DataError
 
 NAME = re.compile(r"^(\d)_([A-Za-z0-9-]+)_(\d+)\.wav$")
@@ -60,7 +60,7 @@ def load_fsdd(root, *, test_speakers=None, val_speakers=None, cache_dir=None, pr
         raise DataError(f"no file in {root} is named {{digit}}_{{speaker}}_{{index}}.wav")
     speakers = sorted({s for _, _, s, _ in files})
     where = _assign(speakers, test_speakers, val_speakers)
-    key = f"{root.resolve()}|{sorted(where.items())}|{bool(val_speakers)}"
+    key = f"{root.resolve()}|{sorted(where.items())}|{bool(val_speakers)}|{fingerprint(root)}"
     meta = dict(source="fsdd", root=str(root), speakers=where, val=f"speakers {val_speakers}" if val_speakers
                 else f"recordings 0-{VAL_INDICES - 1} of the training speakers")
     split = [where[s] if val_speakers or where[s] != "train" or i >= VAL_INDICES else "val" for _, _, s, i in files]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import KEYWORDS, KWS12_CLASSES, SILENCE, UNKNOWN
-from .audio import AudioError, cached, load_clips, read_wav, resample
+from .audio import AudioError, cached, fingerprint, load_clips, read_wav, resample
 from .clipset import SPLITS, ClipSet, DataError
 
 log = logging.getLogger("edgeosc.data")
@@ -82,7 +82,7 @@ def load_speech_commands(root, *, task="12", cache_dir=None, seed=0, progress=Tr
         raise ValueError(f"task must be '12' or 'all', not {task!r}")
     root, words = _find_root(root)
     build = lambda: _build(root, words, task, seed, progress)  # noqa: E731
-    return cached(cache_dir, "speech-commands", f"{root.resolve()}|{task}|{seed}", build)
+    return cached(cache_dir, "speech-commands", f"{root.resolve()}|{task}|{seed}|{fingerprint(root)}", build)
 
 
 def _build(root: Path, words: list[str], task: str, seed: int, progress: bool) -> ClipSet:
