@@ -240,16 +240,20 @@ def summary(run_dirs, as_json):
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Sweep folder (default runs/sweep-<name>).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
+@click.option("--ray-address", default=None,
+              help="Run the grid as Ray Tune trials: 'local' starts Ray here, else a cluster address (ray://... or host:port).")
+@click.option("--gpus-per-run", type=float, default=0.0, show_default=True, help="GPUs per Ray trial.")
 @click.option("--quiet", is_flag=True)
 @friendly_errors
-def sweep(config, out, cache_dir, quiet):
+def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
     """Train a grid of runs from a TOML sweep file (see sweeps/); write results.csv/json and accuracy.png.
 
     Finished runs are skipped and unfinished ones resumed, so an interrupted sweep continues where it stopped.
     """
     from .sweep import run_sweep
     out = Path(out or f"runs/sweep-{Path(config).stem}")
-    rows = run_sweep(config, out, cache_dir, progress=not quiet, echo=click.echo)
+    rows = run_sweep(config, out, cache_dir, progress=not quiet, echo=click.echo, ray_address=ray_address,
+                     gpus_per_run=gpus_per_run)
     click.echo(f"{len(rows)} runs; table {out / 'results.csv'}, plot {out / 'accuracy.png'}")
 
 

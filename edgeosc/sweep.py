@@ -82,30 +82,68 @@ def _short(v) -> str:
     return "+".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
 
 
-def run_sweep(path: str | Path, out_dir: str | Path, cache_dir=None, progress: bool = True, echo=print) -> list[dict]:
-    """Train every grid point (skipping finished ones), then write results.csv/json and accuracy.png."""
+def train_run(cfgs: dict, run_dir: Path, cache_dir=None, progress: bool = False, _data: dict | None = None) -> dict:
+    """Train one grid point (resuming an unfinished run); `_data` memoises the last dataset loaded."""
     from .data import load_dataset
-    from .train import read_results, train
+    from .train import train
+    key, memo = repr(cfgs["data"]), _data if _data is not None else {}
+    if key not in memo:
+        memo.clear()  # keep one dataset in memory
+        memo[key] = load_dataset(cfgs["data"], cache_dir, progress=progress)
+    return train(memo[key], run_dir, model_cfg=cfgs["model"], feature_cfg=cfgs["features"],
+                 train_cfg=cfgs["train"], data_cfg=cfgs["data"], resume=True, progress=progress)
+
+
+def run_with_ray(runs: list[tuple[str, dict]], out_dir: Path, address: str, cache_dir=None,
+                 gpus_per_run: float = 0.0) -> None:
+    """Train the runs as Ray Tune trials, one CPU (and gpus_per_run GPUs) each.
+
+    address "local" starts a Ray instance on this machine; otherwise it is a cluster address. Trials
+    write into out_dir, which on a multi-node cluster must be storage every node sees.
+    """
+    import ray
+    from ray import tune
+    ray.init(address=None if address == "local" else address, ignore_reinit_error=True, include_dashboard=False,
+             log_to_driver=False)
+    todo = {name: {s: to_dict(c) for s, c in cfgs.items()} for name, cfgs in runs}
+    out_dir, cache_dir = out_dir.resolve(), cache_dir and str(Path(cache_dir).resolve())
+
+    def trainable(config):
+        cfgs = {s: from_dict(SECTIONS[s], d) for s, d in todo[config["run"]].items()}
+        res = train_run(cfgs, out_dir / config["run"], cache_dir)
+        tune.report(dict(test_accuracy=res["test_accuracy"], best_val_accuracy=res["best_val_accuracy"]))
+
+    tuner = tune.Tuner(tune.with_resources(trainable, {"cpu": 1, "gpu": gpus_per_run}),
+                       param_space={"run": tune.grid_search(sorted(todo))},
+                       run_config=tune.RunConfig(storage_path=str(out_dir / "ray"), name="trials", verbose=1))
+    errors = [r.error for r in tuner.fit() if r.error]
+    if errors:
+        raise RuntimeError(f"{len(errors)} Ray trials failed, e.g. {errors[0]}")
+
+
+def run_sweep(path: str | Path, out_dir: str | Path, cache_dir=None, progress: bool = True, echo=print,
+              ray_address: str | None = None, gpus_per_run: float = 0.0) -> list[dict]:
+    """Train every grid point (skipping finished ones), then write results.csv/json and accuracy.png."""
+    from .train import read_results
     base, grid = load_sweep(path)
     out_dir = Path(out_dir)
-    rows, datasets = [], {}
     runs = expand(base, grid)
-    for i, (name, cfgs) in enumerate(runs, 1):
-        run_dir = out_dir / name
-        if not (run_dir / "results.json").is_file():
-            echo(f"[{i}/{len(runs)}] {name}")
-            key = repr(cfgs["data"])
-            if key not in datasets:
-                datasets = {key: load_dataset(cfgs["data"], cache_dir, progress=progress)}  # keep one in memory
-            train(datasets[key], run_dir, model_cfg=cfgs["model"], feature_cfg=cfgs["features"],
-                  train_cfg=cfgs["train"], data_cfg=cfgs["data"], resume=True, progress=progress)
-        res = read_results(run_dir)
+    pending = [(name, cfgs) for name, cfgs in runs if not (out_dir / name / "results.json").is_file()]
+    if ray_address and pending:
+        run_with_ray(pending, out_dir, ray_address, cache_dir, gpus_per_run)
+    memo = {}
+    for i, (name, cfgs) in enumerate(pending if not ray_address else [], 1):
+        echo(f"[{i}/{len(pending)}] {name}")
+        train_run(cfgs, out_dir / name, cache_dir, progress, memo)
+    rows = []
+    for name, cfgs in runs:
+        res = read_results(out_dir / name)
         row = {k: _short(v) for k, v in zip(grid, _grid_values(cfgs, grid))}
         row.update(run=name, attention=cfgs["model"].attention, d_osc=cfgs["model"].d_osc, p=cfgs["model"].p,
                    test_accuracy=res["test_accuracy"], best_val_accuracy=res["best_val_accuracy"],
                    parameters=res["parameters"], epochs=res["epochs"])
         rows.append(row)
-        echo(f"    test accuracy {res['test_accuracy']:.4f}")
+        echo(f"{name}: test accuracy {res['test_accuracy']:.4f}")
     write_results(rows, out_dir)
     return rows
 

@@ -46,3 +46,14 @@ def test_run_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
     said = []
     again = sweep.run_sweep(spec, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False, echo=said.append)
     assert again == rows and not any(s.startswith("[") for s in said)  # nothing retrained
+
+
+def test_sweep_on_a_local_ray_instance(tmp_path):
+    pytest.importorskip("ray", reason="ray is in the test extra; absent means a hand-made environment")
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC.replace('"model.d_osc" = [2, 4]', '"model.d_osc" = [2]'))
+    rows = sweep.run_sweep(spec, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False,
+                           echo=lambda *_: None, ray_address="local")
+    assert [r["run"] for r in rows] == ["attention=oscillator-d_osc=2", "attention=softmax"]
+    assert all((tmp_path / "out" / r["run"] / "best.pt").is_file() for r in rows)
+    assert any((tmp_path / "out" / "ray").iterdir())
