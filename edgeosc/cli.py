@@ -1,4 +1,4 @@
-"""The `edgeosc` command line: data, train, eval, demo, summary and the core micro-benchmarks."""
+"""The `edgeosc` command line: data, train (float, QAT, PTQ), eval, demo, summary, export and benchmarks."""
 from __future__ import annotations
 
 import functools
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from .config import ATTENTION_KINDS, DATASETS, POSITIVE_MAPS, AugmentConfig, DataConfig, FeatureConfig, \
-    ModelConfig, TrainConfig
+from .config import ATTENTION_KINDS, DATASETS, POSITIVE_MAPS, QAT_EPOCHS, QAT_LR, QUANT_PRESETS, AugmentConfig, \
+    DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig
 
 
 def friendly_errors(fn):
@@ -130,26 +130,52 @@ def data_info(cache_dir, **kw):
               help="Run folder (default runs/<dataset>-<attention>-<size>-s<seed>).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT/last.pt.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@click.option("--qat", is_flag=True, help=f"Quantization-aware fine-tuning of --from (default {QAT_EPOCHS} epochs, "
+              f"lr {QAT_LR}); --epochs 0: post-training quantization, calibration only.")
+@click.option("--from", "from_ckpt", type=click.Path(dir_okay=False), default=None,
+              help="Float checkpoint --qat starts from; its model, features and data are used.")
+@click.option("--preset", type=click.Choice(QUANT_PRESETS), default=QuantConfig.preset, show_default=True,
+              help="Quantization preset (edgeosc/quant.py).")
+@click.option("--calib-batches", type=int, default=QuantConfig.calibration_batches, show_default=True,
+              help="Training batches that calibrate the activation scales before QAT.")
 @friendly_errors
 def train(cache_dir, attention, size, d_osc, p, positive, n_mfcc, normalize, epochs, batch_size, lr, seed,
-          device, no_augment, out, resume, quiet, **data_kw):
+          device, no_augment, out, resume, quiet, qat, from_ckpt, preset, calib_batches, **data_kw):
     """Train a KWS model, keep the best checkpoint by validation accuracy, report test accuracy."""
     from .data import load_dataset
     from .train import format_confusion, train as run_train
     data_cfg = make_data_cfg(**data_kw)
+    model_cfg = ModelConfig(attention=attention, size=size, d_osc=d_osc, p=p, positive=positive)
+    feature_cfg, build = FeatureConfig(n_mfcc=n_mfcc, normalize=normalize), None
+    if qat or from_ckpt:
+        from .quant import qat_builder
+        from .train import load_checkpoint
+        is_default = lambda name: click.get_current_context().get_parameter_source(name).name == "DEFAULT"  # noqa: E731
+        given = [n for n in ("attention", "size", "d_osc", "p", "positive", "n_mfcc", "normalize") if not is_default(n)]
+        if not (qat and from_ckpt) or given:
+            raise click.ClickException("--qat needs --from CHECKPOINT, which sets the model and features "
+                                       f"(drop {', '.join('--' + n.replace('_', '-') for n in given) or '--from'})")
+        src = load_checkpoint(from_ckpt)
+        model_cfg, feature_cfg = src.model_cfg, src.feature_cfg
+        if is_default("dataset") and not data_kw["data_dir"]:
+            data_cfg = src.data_cfg
+        epochs = QAT_EPOCHS if is_default("epochs") else epochs
+        lr = QAT_LR if is_default("lr") else lr
+        build = qat_builder(from_ckpt, QuantConfig(preset=preset, calibration_batches=calib_batches))
+        out = out or f"{Path(from_ckpt).parent}-{preset}-{'qat' if epochs else 'ptq'}"
     out = Path(out or f"runs/{data_cfg.dataset}-{attention}-{size}-s{seed}")
     if not resume and (out / "last.pt").exists():
         raise click.ClickException(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     ds = load_dataset(data_cfg, cache_dir, progress=not quiet)
     click.echo(f"data: {describe(ds)}")
     aug = AugmentConfig(noise_prob=0.0, time_shift_ms=0.0, gain_db=(0.0, 0.0)) if no_augment else AugmentConfig()
-    res = run_train(ds, out, model_cfg=ModelConfig(attention=attention, size=size, d_osc=d_osc, p=p, positive=positive),
-                    feature_cfg=FeatureConfig(n_mfcc=n_mfcc, normalize=normalize),
+    res = run_train(ds, out, model_cfg=model_cfg, feature_cfg=feature_cfg,
                     train_cfg=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device,
                                           augment=aug),
-                    data_cfg=data_cfg, resume=resume, progress=not quiet)
+                    data_cfg=data_cfg, resume=resume, progress=not quiet, build=build)
     click.echo(format_confusion(res["test_confusion"], res["classes"]))
-    click.echo(f"{attention} ({size}, {res['parameters']} parameters): test accuracy {res['test_accuracy']:.4f} "
+    click.echo(f"{res['attention']} ({res['size']}{', ' + res['quant'] if res.get('quant') else ''}, "
+               f"{res['parameters']} parameters): test accuracy {res['test_accuracy']:.4f} "
                f"on {res['test_n']} clips; best val {res['best_val_accuracy']:.4f}; run folder {out}")
 
 
@@ -179,7 +205,7 @@ def eval_cmd(checkpoint, cache_dir, split, device, as_json, **data_kw):
 
 @main.command()
 @click.option("--out", type=click.Path(file_okay=False), default="runs/demo", show_default=True)
-@click.option("--epochs", type=int, default=25, show_default=True)
+@click.option("--epochs", type=int, default=TrainConfig.epochs, show_default=True)
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--quiet", is_flag=True)
 @friendly_errors
@@ -220,7 +246,8 @@ def summary(run_dirs, as_json):
         for res_file in sorted(Path(root).rglob("results.json")):
             res = json.loads(res_file.read_text())
             dataset = load_checkpoint(res_file.parent / "best.pt").data_cfg.dataset
-            key = (dataset, res["attention"], res["size"], res["d_osc"] if res["attention"] == "oscillator" else "-",
+            attention = res["attention"] + (f" {res['quant']}" if res.get("quant") else "")  # QAT/PTQ apart
+            key = (dataset, attention, res["size"], res["d_osc"] if res["attention"] == "oscillator" else "-",
                    res["p"] if res["attention"] == "oscillator" else "-")
             groups[key].append(100 * res["test_accuracy"])
     if not groups:
@@ -230,9 +257,10 @@ def summary(run_dirs, as_json):
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
-    click.echo(f"{'dataset':<16}{'attention':<12}{'size':<8}{'d_osc':>6}{'p':>3}{'n':>4}  test accuracy %")
+    aw = max(12, 1 + max(len(r["attention"]) for r in rows))
+    click.echo(f"{'dataset':<16}{'attention':<{aw}}{'size':<8}{'d_osc':>6}{'p':>3}{'n':>4}  test accuracy %")
     for r in rows:
-        click.echo(f"{r['dataset']:<16}{r['attention']:<12}{r['size']:<8}{r['d_osc']:>6}{r['p']:>3}{r['n']:>4}  "
+        click.echo(f"{r['dataset']:<16}{r['attention']:<{aw}}{r['size']:<8}{r['d_osc']:>6}{r['p']:>3}{r['n']:>4}  "
                    f"{r['mean']:6.2f} +- {r['std']:.2f}")
 
 
@@ -255,6 +283,43 @@ def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
     rows = run_sweep(config, out, cache_dir, progress=not quiet, echo=click.echo, ray_address=ray_address,
                      gpus_per_run=gpus_per_run)
     click.echo(f"{len(rows)} runs; table {out / 'results.csv'}, plot {out / 'accuracy.png'}")
+
+
+# ---------------------------------------------------------------------------------- export
+
+@main.command("export")
+@click.argument("source", type=click.Path())
+@click.option("--format", "target", type=click.Choice(["onnx"]), default="onnx", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Export folder (default <run folder>/export-<format>).")
+@click.option("--opset", type=int, default=ExportConfig.opset, show_default=True)
+@friendly_errors
+def export_cmd(source, target, out, opset):
+    """Export SOURCE (a run folder's best.pt, or a checkpoint) as model files with a manifest.
+
+    ONNX: float.onnx, int8_qcdq.onnx (QAT/PTQ checkpoints) and, for oscillator networks, *_op.onnx with
+    the core as one ai.edgeosc::OscillatorAttention node (export/oscillator_attention.md).
+    """
+    from .export import MANIFEST, export_checkpoint
+    folder = export_checkpoint(source, out, target, ExportConfig(opset=opset))
+    manifest = json.loads((folder / MANIFEST).read_text())
+    for name, info in manifest["files"].items():
+        click.echo(f"{folder / name}  {info['bytes']:>9} bytes  sha256 {info['sha256'][:12]}")
+
+
+@main.command("export-bench")
+@click.argument("oscillator", type=click.Path(exists=True, file_okay=False))
+@click.argument("softmax", type=click.Path(exists=True, file_okay=False))
+@click.option("--runs", type=int, default=200, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def export_bench(oscillator, softmax, runs, threads, as_json):
+    """onnxruntime latency, batch 1: OSCILLATOR vs SOFTMAX exports (run or export folders), with the ratio."""
+    from .bench.onnx_latency import compare
+    rows = compare(oscillator, softmax, runs, threads, echo=(lambda *_: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
 
 
 # --------------------------------------------------------------------------- core benchmarks

@@ -71,11 +71,12 @@ class ModelConfig:
     d_model: int = 0  # 0: the size preset's value
     heads: int = 0
     blocks: int = 0
-    d_osc: int = 2
-    p: int = 1
-    positive: str = "softplus"
+    # defaults from the ablations in docs/ablations.md
+    d_osc: int = 8
+    p: int = 4
+    positive: str = "relu2"
     anchors: str = "projected"  # "projected": own projection R; "tied": first d_osc key coordinates
-    score_scale: float = 1.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
+    score_scale: float = 4.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
     eps: float = 1e-6
     dropout: float = 0.1
 
@@ -100,9 +101,9 @@ class AugmentConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 30
+    epochs: int = 40
     batch_size: int = 64
-    lr: float = 3e-3
+    lr: float = 1e-2
     weight_decay: float = 0.05
     warmup_epochs: int = 1
     grad_clip: float = 1.0
@@ -111,6 +112,31 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+
+QUANT_PRESETS = ("int8", "w4a8")  # Brevitas quantizers in quant.py; the names live here for the CLI
+QAT_EPOCHS, QAT_LR = 10, 3e-4  # QAT fine-tuning defaults: a float-trained start needs a short, gentle run
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """Quantization: a preset of quant.py; activation scales calibrated on training batches, then QAT."""
+
+    preset: str = "int8"
+    calibration_batches: int = 8  # train-split batches (no augmentation) for the activation statistics
+
+    def __post_init__(self):
+        if self.preset not in QUANT_PRESETS:
+            raise ValueError(f"unknown quantization preset {self.preset!r}; choose from {QUANT_PRESETS}")
+        if self.calibration_batches < 1:
+            raise ValueError("calibration_batches must be >= 1")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Model file export (export/): ONNX opset of every file."""
+
+    opset: int = 17  # Brevitas' QCDQ export is tested at 17; LayerNormalization needs >= 17
 
 
 def to_dict(cfg) -> dict:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .config import DataConfig, FeatureConfig, ModelConfig, TrainConfig, from_dict, to_dict
+from .config import DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, to_dict
 from .data.augment import augment
 from .data.clipset import ClipSet
 from .features import FeatureExtractor
@@ -36,6 +36,7 @@ class Checkpoint:
     train_cfg: TrainConfig
     classes: tuple[str, ...]
     raw: dict
+    quant_cfg: QuantConfig | None = None  # set for QAT / PTQ checkpoints
 
 
 def pick_device(name: str) -> torch.device:
@@ -66,9 +67,14 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
         raise CheckpointError(f"{path}: checkpoint version {raw.get('version')}, expected {CHECKPOINT_VERSION}")
     try:
         model_cfg = from_dict(ModelConfig, raw["model_config"])
-        ckpt = Checkpoint(build_model(model_cfg), model_cfg, from_dict(FeatureConfig, raw["feature_config"]),
+        model, quant_cfg = build_model(model_cfg), None
+        if raw.get("quant") is not None:  # a QAT / PTQ checkpoint: rebuild the quantized twin
+            from .quant import quantize_model
+            quant_cfg = from_dict(QuantConfig, raw["quant"]["config"])
+            model = quantize_model(model, quant_cfg)
+        ckpt = Checkpoint(model, model_cfg, from_dict(FeatureConfig, raw["feature_config"]),
                           from_dict(DataConfig, raw["data_config"]), from_dict(TrainConfig, raw["train_config"]),
-                          tuple(raw["classes"]), raw)
+                          tuple(raw["classes"]), raw, quant_cfg)
         ckpt.model.load_state_dict(raw["model"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         detail = " ".join(line.strip() for line in str(e).splitlines()[1:] or [str(e)])
@@ -131,22 +137,27 @@ def _lr_lambda(cfg: TrainConfig, steps_per_epoch: int):
 
 def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature_cfg: FeatureConfig,
           train_cfg: TrainConfig, data_cfg: DataConfig, resume: bool = False, progress: bool = True,
-          stop_after_epochs: int | None = None) -> dict:
+          stop_after_epochs: int | None = None, build=None) -> dict:
     """Train, keep best.pt (by validation accuracy) and last.pt, then evaluate best.pt on the test split.
 
     Each epoch seeds its own shuffling, augmentation and dropout from (seed, epoch), so resuming from
     last.pt reproduces an uninterrupted run exactly. `stop_after_epochs` simulates an interruption.
+    `build(model_cfg, train_batches, device)` makes the model instead of build_model (QAT: quant.qat_builder);
+    a model with `checkpoint_record()` has it saved in its checkpoints. epochs = 0 keeps the built model
+    as best.pt (post-training quantization).
     """
     out_dir = Path(out_dir)
     device = pick_device(train_cfg.device)
     model_cfg = resolve(dataclasses.replace(model_cfg, n_classes=len(data.classes), n_frames=feature_cfg.n_frames,
                                             n_coeffs=feature_cfg.n_coeffs))
-    torch.manual_seed(train_cfg.seed)
-    model = build_model(model_cfg).to(device)
     features = FeatureExtractor(feature_cfg).to(device)
     train_b, val_b, test_b = (Batches(data, s, features, device) for s in ("train", "val", "test"))
     if len(train_b) == 0 or len(val_b) == 0:
         raise ValueError("the dataset has no training or no validation clips")
+    torch.manual_seed(train_cfg.seed)
+    model = (build_model(model_cfg) if build is None else build(model_cfg, train_b(train_cfg.batch_size), device))
+    model = model.to(device)
+    quant = model.checkpoint_record() if hasattr(model, "checkpoint_record") else None
     steps = math.ceil(len(train_b) / train_cfg.batch_size)
     # decay projection weights only: biases, norms, score scales, positions and phases keep their values
     decay = {id(m.weight) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d))}
@@ -156,16 +167,20 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(train_cfg, steps))
     header = dict(format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, model_config=to_dict(model_cfg),
                   feature_config=to_dict(feature_cfg), data_config=to_dict(data_cfg),
-                  train_config=to_dict(train_cfg), classes=list(data.classes))
+                  train_config=to_dict(train_cfg), classes=list(data.classes), quant=quant)
     history, best, start, bad_epochs = [], -1.0, 0, 0
     if resume and (out_dir / "last.pt").is_file():
         state = load_checkpoint(out_dir / "last.pt").raw
-        if state["model_config"] != header["model_config"] or state["train_config"] != header["train_config"]:
+        if (state["model_config"] != header["model_config"] or state["train_config"] != header["train_config"]
+                or state.get("quant") != quant):
             raise CheckpointError(f"{out_dir / 'last.pt'}: was made with another model or training config")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         history, best, start, bad_epochs = state["history"], state["best"], state["epoch"], state["bad_epochs"]
+    if train_cfg.epochs == 0 and not history:  # post-training quantization: the model as built
+        best = evaluate(model, val_b, model_cfg.n_classes)["accuracy"]
+        _save(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=0))
     n_params = count_parameters(model)
     for epoch in range(start, train_cfg.epochs):
         if bad_epochs >= train_cfg.patience:
@@ -210,7 +225,8 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     results = dict(attention=model_cfg.attention, size=model_cfg.size, d_osc=model_cfg.d_osc, p=model_cfg.p,
                    parameters=n_params, epochs=len(history), best_val_accuracy=best,
                    test_accuracy=test["accuracy"], test_n=test["n"], test_confusion=test["confusion"],
-                   classes=list(data.classes), device=str(device))
+                   classes=list(data.classes), device=str(device),
+                   quant=quant and f"{quant['config']['preset']}-{'qat' if train_cfg.epochs else 'ptq'}")
     write_json(out_dir / "results.json", results)
     return results
 

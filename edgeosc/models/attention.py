@@ -32,26 +32,45 @@ def _masked_fill(x: Tensor, mask: Tensor | None, value: float) -> Tensor:
     return x if mask is None else x.masked_fill(~mask, value)
 
 
+# The cores take an optional hook quant(name, x) -> x', applied at these named points (QAT passes one
+# fake quantizer per point, see quant.py; None is the identity, so float results are unchanged):
+# q, k, v, r the core's inputs; qk = q k^T, h = w r, zr = z r^T and out = a v the matmul outputs;
+# w the positive map's output, z the oscillator state, c the shifted cosines (1 + zr)^p, a the readout.
+QUANT_POINTS = {"oscillator": ("q", "k", "v", "r", "qk", "w", "h", "z", "zr", "c", "a", "out"),
+                "softmax": ("q", "k", "v", "qk", "a", "out")}
+
+
+def _identity(name: str, x: Tensor) -> Tensor:
+    return x
+
+
 def oscillator_state(q: Tensor, k: Tensor, r: Tensor, *, eps: float = 1e-6, positive: str = "softplus",
-                     mask: Tensor | None = None) -> Tensor:
-    """Equilibrium of the Lohe flow, z = h / max(||h||, eps) with h = positive(q k^T / sqrt(d_h)) r."""
-    w = POSITIVE[positive](q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))  # [B,H,T,T] > 0
-    h = _masked_fill(w, mask, 0.0) @ r  # [B,H,T,d_osc]
+                     mask: Tensor | None = None, quant=None) -> Tensor:
+    """Equilibrium of the Lohe flow, z = h / max(||h||, eps) with h = positive(q k^T / sqrt(d_h)) r.
+
+    `quant` sees qk, w, h and z; the inputs q, k, r are the caller's to quantize.
+    """
+    quant = _identity if quant is None else quant
+    qk = quant("qk", q @ k.transpose(-1, -2))  # [B,H,T,T]
+    w = quant("w", POSITIVE[positive](qk / math.sqrt(q.shape[-1])))  # [B,H,T,T] > 0
+    h = quant("h", _masked_fill(w, mask, 0.0) @ r)  # [B,H,T,d_osc]
     # sqrt(clamp(|h|^2, eps^2)) == max(|h|, eps) but with a zero (not NaN) gradient below eps:
     # a degenerate h (|h| -> 0) gives z -> 0, i.e. a uniform readout, instead of an undefined direction.
     norm = h.square().sum(-1, keepdim=True).clamp_min(eps * eps).sqrt()
-    return h / norm
+    return quant("z", h / norm)
 
 
 def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1, eps: float = 1e-6,
                          positive: str = "softplus", mask: Tensor | None = None,
-                         return_weights: bool = False):
+                         return_weights: bool = False, quant=None):
     """Fixed-query oscillator attention, direct form: a = (1 + z r^T)^p / sum_j (.), out = a v."""
-    z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask)  # [B,H,T,d_osc]
-    c = (1.0 + z @ r.transpose(-1, -2)).pow(p)  # [B,H,T,T] in [0, 2^p]: |z| <= 1, |r| <= 1
-    c = _masked_fill(c, mask, 0.0)
-    a = c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny)
-    out = a @ v
+    quant = _identity if quant is None else quant
+    q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
+    z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask, quant=quant)  # [B,H,T,d_osc]
+    zr = quant("zr", z @ r.transpose(-1, -2))  # [B,H,T,T] in [-1, 1]: |z| <= 1, |r| <= 1
+    c = quant("c", _masked_fill((1.0 + zr).pow(p), mask, 0.0))  # in [0, 2^p]
+    a = quant("a", c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny))
+    out = quant("out", a @ v)
     return (out, a) if return_weights else out
 
 
@@ -92,11 +111,14 @@ def oscillator_attention_factorized(q: Tensor, k: Tensor, v: Tensor, r: Tensor, 
 
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
-                      return_weights: bool = False):
+                      return_weights: bool = False, quant=None):
     """The baseline: scaled dot-product attention with a softmax over keys."""
-    s = _masked_fill(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), mask, float("-inf"))
-    a = torch.softmax(s, -1)
-    out = a @ v
+    quant = _identity if quant is None else quant
+    q, k, v = quant("q", q), quant("k", k), quant("v", v)
+    qk = quant("qk", q @ k.transpose(-1, -2))  # [B,H,T,T]
+    s = _masked_fill(qk / math.sqrt(q.shape[-1]), mask, float("-inf"))
+    a = quant("a", torch.softmax(s, -1))
+    out = quant("out", a @ v)
     return (out, a) if return_weights else out
 
 
@@ -163,6 +185,7 @@ class _Heads(nn.Module):
         self.heads, self.d_h = heads, d_model // heads
         self.log_scale = nn.Parameter(torch.full((heads, 1, 1), math.log(score_scale)))
         self.out = nn.Linear(d_model, d_model)
+        self.quant: nn.Module | None = None  # the cores' quantization hook; quant.py sets it for QAT
 
     def split(self, x: Tensor) -> Tensor:  # [B,T,H*d] -> [B,H,T,d]
         return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
@@ -182,7 +205,7 @@ class SoftmaxAttention(_Heads):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.qkv_heads(x)
-        return self.merge(softmax_attention(q, k, v, mask=mask))
+        return self.merge(softmax_attention(q, k, v, mask=mask, quant=self.quant))
 
 
 class OscillatorAttention(_Heads):
@@ -207,11 +230,17 @@ class OscillatorAttention(_Heads):
         raw = self.split(self.anchor(x)) if self.anchor is not None else k[..., : self.d_osc]
         return F.normalize(raw, dim=-1, eps=self.eps)  # [B,H,T,d_osc] unit anchors
 
+    def core(self, q: Tensor, k: Tensor, v: Tensor, r: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The functional core with this layer's settings (the ONNX export emits it as one custom op)."""
+        if self.factorized:  # no quantization points: QAT and export use the direct form
+            return oscillator_attention_factorized(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive,
+                                                   mask=mask)
+        return oscillator_attention(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, mask=mask,
+                                    quant=self.quant)
+
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.qkv_heads(x)
-        core = oscillator_attention_factorized if self.factorized else oscillator_attention
-        out = core(q, k, v, self.anchors_of(x, k), p=self.p, eps=self.eps, positive=self.positive, mask=mask)
-        return self.merge(out)
+        return self.merge(self.core(q, k, v, self.anchors_of(x, k), mask))
 
 
 class SwiGLU(nn.Module):

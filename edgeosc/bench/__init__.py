@@ -1,0 +1,1 @@
+"""Benchmarks of exported models on runtimes."""

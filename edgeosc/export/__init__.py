@@ -1,0 +1,50 @@
+"""Model exports: one module per target, one signature `export(model, cfg, out_dir) -> Path`, a registry."""
+from __future__ import annotations
+
+import importlib
+import platform
+from importlib import metadata
+from pathlib import Path
+
+from ..config import ExportConfig, to_dict
+from ..io import sha256_file, write_json
+
+TARGETS = {"onnx": "edgeosc.export.onnx"}
+MANIFEST = "manifest.json"
+TOOLS = ("edgeosc", "torch", "brevitas", "onnx", "onnxruntime", "onnxoptimizer", "numpy")
+
+
+def export(model, cfg: ExportConfig, out_dir: str | Path, target: str = "onnx") -> Path:
+    if target not in TARGETS:
+        raise ValueError(f"unknown export target {target!r}; choose from {sorted(TARGETS)}")
+    return importlib.import_module(TARGETS[target]).export(model, cfg, out_dir)
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def export_checkpoint(source: str | Path, out_dir: str | Path | None = None, target: str = "onnx",
+                      cfg: ExportConfig = ExportConfig()) -> Path:
+    """Export a run folder's best.pt (or a checkpoint) into out_dir (default <run>/export-<target>) with a manifest."""
+    from ..train import load_checkpoint
+    source = Path(source)
+    path = source / "best.pt" if source.is_dir() else source
+    ckpt = load_checkpoint(path)
+    out_dir = Path(out_dir or path.parent / f"export-{target}")
+    if (out_dir / MANIFEST).is_file():  # an earlier export here: replace it, leave no stale model file
+        for old in out_dir.glob("*.onnx"):
+            old.unlink()
+        (out_dir / MANIFEST).unlink()
+    export(ckpt.model.eval(), cfg, out_dir, target)
+    files = sorted(p for p in out_dir.iterdir() if p.is_file() and p.name != MANIFEST and not p.name.startswith("."))
+    write_json(out_dir / MANIFEST, dict(
+        format="edgeosc-export", target=target, source=dict(path=str(path), sha256=sha256_file(path)),
+        model_config=to_dict(ckpt.model_cfg), feature_config=to_dict(ckpt.feature_cfg),
+        quant=ckpt.raw.get("quant"), export_config=to_dict(cfg), classes=list(ckpt.classes),
+        files={p.name: dict(sha256=sha256_file(p), bytes=p.stat().st_size) for p in files},
+        tools=dict(python=platform.python_version(), **{t: _version(t) for t in TOOLS})))
+    return out_dir

@@ -1,0 +1,146 @@
+"""The oscillator attention core as one ONNX node, ai.edgeosc::OscillatorAttention (export/oscillator_attention.md).
+
+The node carries a model-local ONNX function whose body is the core traced from attention.py (the maths
+once), so stock onnxruntime inlines and runs it, while a runtime with a native kernel replaces it by name.
+In a quantized model the body holds the core's QuantizeLinear/DequantizeLinear pairs; their scales are
+the node's attributes <point>_scale, so one function serves every layer.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import warnings
+
+import onnx
+import torch
+from onnx import helper
+from torch import nn
+
+from ..models.attention import OscillatorAttention
+
+DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 1
+INPUTS, OUTPUT = ("q", "k", "v", "r"), "out"
+
+
+def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | None:
+    """Per quantized point: (scale, signed) of the layer's 8-bit zero-point-0 quantizers; None if float."""
+    if layer.quant is None:
+        return None
+    params = {}
+    for name, point in layer.quant.points.items():
+        aq = point.act_quant
+        if int(aq.bit_width()) != 8 or float(aq.zero_point()) != 0.0:
+            raise ValueError(f"the custom op takes 8-bit symmetric points; {name} has {aq.bit_width()} bits")
+        params[name] = (float(aq.scale()), bool(aq.is_signed))
+    return params
+
+
+def attributes(layer: OscillatorAttention) -> dict:
+    attrs = dict(p=layer.p, eps=layer.eps, d_osc=layer.d_osc, positive=layer.positive)
+    for name, (scale, _) in (quant_params(layer) or {}).items():
+        attrs[f"{name}_scale"] = scale
+    return attrs
+
+
+class _Op(torch.autograd.Function):
+    """Runs the layer's core in torch; exports as one custom node."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, r, layer):
+        return type(layer).core(layer, q, k, v, r)
+
+    @staticmethod
+    def symbolic(g, q, k, v, r, layer):
+        kinds = {int: "i", float: "f", str: "s"}
+        attrs = {f"{k}_{kinds[type(val)]}": val for k, val in attributes(layer).items()}
+        out = g.op(f"{DOMAIN}::{OP}", q, k, v, r, **attrs)
+        _, h, _, d_v = v.type().sizes()
+        out.setType(v.type().with_sizes([None, h, None, d_v]))  # [B,H,T,d_v]; B and T stay dynamic
+        return out
+
+
+def use_custom_op(model: nn.Module) -> nn.Module:
+    """A copy of `model` whose oscillator cores export as OscillatorAttention nodes."""
+    model = copy.deepcopy(model)
+    for m in model.modules():
+        if isinstance(m, OscillatorAttention):
+            m.core = lambda q, k, v, r, mask=None, m=m: _Op.apply(q, k, v, r, m)
+    return model
+
+
+class _Mark(torch.autograd.Function):
+    """Identity in torch; a named placeholder node in the traced body (replaced by Q/DQ or Identity)."""
+
+    @staticmethod
+    def forward(ctx, x, name):
+        return x.clone()
+
+    @staticmethod
+    def symbolic(g, x, name):
+        y = g.op(f"{DOMAIN}::Point", x, name_s=name)
+        y.setType(x.type())
+        return y
+
+
+class _MarkPoints(nn.Module):
+    def forward(self, name, x):
+        return _Mark.apply(x, name)
+
+
+class _Core(nn.Module):
+    def __init__(self, layer: OscillatorAttention):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, q, k, v, r):
+        return type(self.layer).core(self.layer, q, k, v, r)
+
+
+def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
+    """The FunctionProto of the node: the layer's core traced to standard ops, Q/DQ at its points."""
+    params = quant_params(layer)
+    layer = copy.deepcopy(layer)
+    layer.quant = _MarkPoints()
+    b, h, t, d_h = 1, layer.heads, 5, layer.d_h
+    args = tuple(torch.randn(b, h, t, d) for d in (d_h, d_h, d_h, layer.d_osc))
+    buf = io.BytesIO()
+    dims = {0: "B", 1: "H", 2: "T"}
+    with warnings.catch_warnings():  # d_h becomes a constant of the body: it is one
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter: QCDQ needs it (TOOLCHAIN.md)
+        torch.onnx.export(_Core(layer).eval(), args, buf, dynamo=False, opset_version=opset_of(opset_imports),
+                          input_names=list(INPUTS), output_names=[OUTPUT],
+                          dynamic_axes={n: dims for n in (*INPUTS, OUTPUT)}, custom_opsets={DOMAIN: VERSION})
+    body = onnx.load_from_string(buf.getvalue()).graph
+    nodes = [helper.make_node("Constant", [], [init.name], value=init) for init in body.initializer]
+    for node in body.node:
+        if (node.domain, node.op_type) != (DOMAIN, "Point"):
+            nodes.append(node)
+            continue
+        name = helper.get_attribute_value(node.attribute[0]).decode()
+        x, y = node.input[0], node.output[0]
+        if name not in (params or {}):  # a float model, or a point kept at accumulator precision
+            nodes.append(helper.make_node("Identity", [x], [y]))
+            continue
+        zp = helper.make_tensor("zp", onnx.TensorProto.INT8 if params[name][1] else onnx.TensorProto.UINT8, [], [0])
+        scale = helper.make_node("Constant", [], [f"{y}_scale"])
+        scale.attribute.append(helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT,
+                                                         ref_attr_name=f"{name}_scale"))
+        nodes += [scale, helper.make_node("Constant", [], [f"{y}_zp"], value=zp),
+                  helper.make_node("QuantizeLinear", [x, f"{y}_scale", f"{y}_zp"], [f"{y}_int"]),
+                  helper.make_node("DequantizeLinear", [f"{y}_int", f"{y}_scale", f"{y}_zp"], [y])]
+    names = ["p", "eps", "d_osc", "positive"] + [f"{n}_scale" for n in (params or {})]
+    return helper.make_function(DOMAIN, OP, list(INPUTS), [OUTPUT], nodes, list(opset_imports), names,
+                                doc_string="Fixed-query oscillator attention core (export/oscillator_attention.md)")
+
+
+def opset_of(opset_imports) -> int:
+    return next(o.version for o in opset_imports if o.domain in ("", "ai.onnx"))
+
+
+def attach_function(model: onnx.ModelProto, layer: OscillatorAttention) -> onnx.ModelProto:
+    """Give a model holding OscillatorAttention nodes their function (opset imports equal the model's)."""
+    if not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, VERSION))
+    model.functions.append(function(layer, model.opset_import))
+    return model

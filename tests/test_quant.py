@@ -1,0 +1,112 @@
+import json
+
+import pytest
+import torch
+from brevitas.graph.calibrate import quantization_status_manager
+from brevitas.nn import QuantConv1d, QuantIdentity, QuantLinear
+from click.testing import CliRunner
+
+from edgeosc.cli import main
+from edgeosc.config import ATTENTION_KINDS, QUANT_PRESETS, FeatureConfig, ModelConfig, QuantConfig, TrainConfig
+from edgeosc.models.attention import QUANT_POINTS, oscillator_attention, softmax_attention
+from edgeosc.models.kws import build_model
+from edgeosc.quant import ACCUMULATOR, PRESETS, QATModel, calibrate, float_model, quantize_model
+from edgeosc.train import evaluate_checkpoint, load_checkpoint, train
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: threads only contend with whatever else the machine runs
+    yield
+    torch.set_num_threads(n)
+
+
+def net(kind="oscillator", seed=0):
+    torch.manual_seed(seed)
+    return build_model(ModelConfig(attention=kind, dropout=0.0)).eval()
+
+
+def test_presets_and_hook_points_match_the_cores():
+    assert tuple(PRESETS) == QUANT_PRESETS
+    q, k, v = (torch.randn(2, 3, 7, 4) for _ in range(3))
+    r = torch.nn.functional.normalize(torch.randn(2, 3, 7, 2), dim=-1)
+    for kind, call in (("oscillator", lambda h: oscillator_attention(q, k, v, r, quant=h)),
+                       ("softmax", lambda h: softmax_attention(q, k, v, quant=h))):
+        seen = []
+        call(lambda name, x: seen.append(name) or x)
+        assert tuple(seen) == QUANT_POINTS[kind]  # every point once, in the order of the maths
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_qat_twin_holds_the_float_weights_and_maths(kind):
+    model, x = net(kind), torch.randn(3, 49, 40)
+    qat = quantize_model(model, QuantConfig())
+    layers = [m for m in model.modules() if type(m) in (torch.nn.Linear, torch.nn.Conv1d)]
+    assert len(layers) == sum(isinstance(m, (QuantLinear, QuantConv1d)) for m in qat.modules())
+    assert not any(isinstance(m, QuantLinear) for m in model.modules())  # the float model is left as it was
+    with torch.no_grad(), quantization_status_manager(qat, disable_act_quant=True, disable_weight_quant=True,
+                                                      disable_bias_quant=True):
+        torch.testing.assert_close(qat(x), model(x), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(float_model(qat)(x), model(x), atol=0, rtol=0)
+    if kind != "kuramoto":
+        points = set(QUANT_POINTS[kind]) - ACCUMULATOR
+        assert all(set(m.quant.points) == points for m in qat.modules() if hasattr(m, "qkv"))
+
+
+def test_calibration_sets_every_scale_and_survives_a_checkpoint():
+    qat, x = quantize_model(net(), QuantConfig()), torch.randn(16, 49, 40)
+    assert calibrate(qat, [(x[:8], None), (x[8:], None)], 2) == 16
+    points = [m for m in qat.modules() if isinstance(m, QuantIdentity)]
+    scales = torch.stack([p.act_quant.scale().detach() for p in points])
+    assert torch.isfinite(scales).all() and (scales > 0).all() and len(set(scales.tolist())) == len(points)
+    state = qat.state_dict()
+    fresh = quantize_model(build_model(qat.cfg), QuantConfig())
+    fresh.load_state_dict(state)  # strict: every calibrated scale has its key
+    with torch.no_grad():
+        assert torch.equal(fresh.eval()(x), qat(x))
+
+
+def test_w4a8_preset_has_4_bit_weights():
+    head = lambda preset: quantize_model(net(), QuantConfig(preset=preset)).net.head.quant_weight()  # noqa: E731
+    for preset, hi in (("int8", 127), ("w4a8", 7)):
+        w = head(preset)
+        ints = (w.value / w.scale).round()
+        assert int(w.bit_width) == (8 if preset == "int8" else 4) and ints.abs().max() == hi
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_qat_and_ptq_through_the_cli(tones, data_cfg, tmp_path, monkeypatch):
+    train(tones, tmp_path / "float", model_cfg=ModelConfig(size="small"), feature_cfg=FeatureConfig(),
+          train_cfg=TrainConfig(epochs=2, batch_size=8, lr=1e-2), data_cfg=data_cfg, progress=False)
+    src = tmp_path / "float" / "best.pt"
+    monkeypatch.setattr("edgeosc.data.load_dataset", lambda *a, **k: tones)
+    common = ["--from", src, "--batch-size", 8, "--calib-batches", 1, "--quiet", "--no-augment"]
+    for mode, epochs in (("ptq", 0), ("qat", 1)):
+        res = invoke("train", "--qat", "--epochs", epochs, "--out", tmp_path / mode, *common)
+        assert res.exit_code == 0, res.output
+        assert f"int8-{mode}" in res.output
+        ckpt = load_checkpoint(tmp_path / mode / "best.pt")
+        assert isinstance(ckpt.model, QATModel) and ckpt.quant_cfg == QuantConfig(calibration_batches=1)
+        assert ckpt.raw["quant"]["source"]["path"] == str(src) and ckpt.raw["quant"]["calibration"]["clips"] == 8
+        results = json.loads((tmp_path / mode / "results.json").read_text())
+        assert results["quant"] == f"int8-{mode}" and results["epochs"] == epochs
+        assert evaluate_checkpoint(tmp_path / mode / "best.pt", tones)["accuracy"] == results["test_accuracy"]
+    res = invoke("eval", tmp_path / "qat" / "best.pt")
+    assert res.exit_code == 0 and "test accuracy" in res.output, res.output
+    res = invoke("export", tmp_path / "ptq")
+    assert res.exit_code == 0 and "int8_qcdq_op.onnx" in res.output, res.output
+    manifest = json.loads((tmp_path / "ptq" / "export-onnx" / "manifest.json").read_text())
+    assert manifest["quant"]["config"]["preset"] == "int8" and set(manifest["tools"]) >= {"torch", "onnxruntime"}
+    # misuse: one-line errors
+    quantized = tmp_path / "qat" / "best.pt"
+    for args, needle in ((["--qat"], "--from"), (["--qat", "--from", src, "--attention", "softmax"], "--attention"),
+                         (["--qat", "--from", quantized, "--out", tmp_path / "x"], "already quantized")):
+        res = invoke("train", *args)
+        assert res.exit_code == 1 and needle in res.output and res.exception.__class__ is SystemExit, res.output
+    res = invoke("export", tmp_path / "nothing-here")
+    assert res.exit_code == 1 and "no such checkpoint" in res.output
