@@ -190,7 +190,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         model.train()
         torch.manual_seed(train_cfg.seed * 100_003 + epoch)  # dropout
         gen = torch.Generator().manual_seed(train_cfg.seed * 100_003 + epoch)  # order and augmentation
-        t0, loss_sum, correct, seen = time.time(), 0.0, 0, 0
+        t0, loss_sum, correct, seen, max_grad = time.time(), 0.0, 0, 0, 0.0
         bar = tqdm(train_b(train_cfg.batch_size, gen, train_cfg.augment), total=steps, leave=False,
                    disable=not progress, desc=f"epoch {epoch + 1}/{train_cfg.epochs}")
         for feats, labels in bar:
@@ -199,6 +199,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip or float("inf"))
+            max_grad = max(max_grad, float(grad_norm))  # before clipping: spikes show here
             opt.step()
             sched.step()
             loss_sum += loss.item() * len(labels)
@@ -208,7 +209,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         val = evaluate(model, val_b, model_cfg.n_classes)
         history.append(dict(epoch=epoch + 1, train_loss=loss_sum / seen, train_accuracy=correct / seen,
                             val_loss=val["loss"], val_accuracy=val["accuracy"], val_confusion=val["confusion"],
-                            grad_norm=float(grad_norm), lr=sched.get_last_lr()[0], seconds=time.time() - t0))
+                            max_grad_norm=max_grad, lr=sched.get_last_lr()[0], seconds=time.time() - t0))
         improved = val["accuracy"] > best
         best, bad_epochs = (val["accuracy"], 0) if improved else (best, bad_epochs + 1)
         if improved:
