@@ -29,6 +29,7 @@ def test_help_explains_every_command():
         assert res.exit_code == 0 and "Usage:" in res.output and len(res.output.splitlines()) > 3
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # the junk file below
 def test_bad_arguments(tmp_path):
     assert_one_line_error(invoke("train", "--dataset", "imagenet"), "imagenet")
     assert_one_line_error(invoke("train", "--dataset", "fsdd"), "--data-dir")
