@@ -223,7 +223,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
                        f"train {correct / seen:.3f}  val {val['accuracy']:.3f}{'  *' if improved else ''}")
     best_model = load_checkpoint(out_dir / "best.pt", map_location=device).model.to(device)
     test = evaluate(best_model, test_b, model_cfg.n_classes)
-    results = dict(attention=model_cfg.attention, size=model_cfg.size, d_osc=model_cfg.d_osc, p=model_cfg.p,
+    results = dict(dataset=data_cfg.dataset, attention=model_cfg.attention, size=model_cfg.size, d_osc=model_cfg.d_osc, p=model_cfg.p,
                    parameters=n_params, epochs=len(history), best_val_accuracy=best,
                    test_accuracy=test["accuracy"], test_n=test["n"], test_confusion=test["confusion"],
                    classes=list(data.classes), device=str(device),

@@ -2,7 +2,10 @@ import csv
 
 import pytest
 
+from click.testing import CliRunner
+
 from edgeosc import sweep
+from edgeosc.cli import main
 
 SPEC = """
 [base.data]
@@ -43,6 +46,8 @@ def test_run_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
         table = list(csv.DictReader(f))
     assert [r["run"] for r in table] == [r["run"] for r in rows]
     assert (tmp_path / "out" / "accuracy.png").stat().st_size > 1000
+    table = CliRunner().invoke(main, ["summary", str(tmp_path / "out")])
+    assert table.exit_code == 0 and table.output.count("synth") == 3, table.output
     said = []
     again = sweep.run_sweep(spec, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False, echo=said.append)
     assert again == rows and not any(s.startswith("[") for s in said)  # nothing retrained
