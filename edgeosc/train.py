@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,9 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
         raw = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # torch raises many kinds for truncated / foreign / unsafe files
+    except pickle.UnpicklingError:  # not a torch.save file, or one holding code objects (refused, never run)
+        raise CheckpointError(f"{path}: not an edgeosc checkpoint (not a torch.save file of tensors and plain data)")
+    except Exception as e:  # torch raises many kinds for truncated / foreign files
         raise CheckpointError(f"{path}: not a readable edgeosc checkpoint ({type(e).__name__}: {str(e)[:120]})")
     if not isinstance(raw, dict) or raw.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: not an edgeosc checkpoint (no '{CHECKPOINT_FORMAT}' header)")
