@@ -64,6 +64,8 @@ def expand(base: dict, grid: dict) -> list[tuple[str, dict]]:
         for key, value in zip(keys, values):
             section, _, name = key.partition(".")
             sections[section][name] = value
+        if sections["data"].get("data_dir"):  # checkpoints record where the data was, wherever they are used
+            sections["data"]["data_dir"] = str(Path(sections["data"]["data_dir"]).resolve())
         if sections["model"].get("attention", "oscillator") != "oscillator":
             for name in OSCILLATOR_ONLY:
                 sections["model"].pop(name, None)
