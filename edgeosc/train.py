@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .config import DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, to_dict
-from .data.augment import augment
+from .data.augment import augment, spec_augment
 from .data.clipset import ClipSet
 from .features import FeatureExtractor
 from .io import atomic_path, write_json
@@ -109,6 +109,8 @@ class Batches:
                 wave = augment(wave, aug, generator, self.noise)
             with torch.no_grad():
                 feats = self.features(wave.to(self.device))
+            if aug is not None and aug.freq_masks + aug.time_masks:
+                feats = spec_augment(feats, aug, generator)
             yield feats, self.labels[sel].to(self.device)
 
 

@@ -1,4 +1,4 @@
-"""Batch waveform augmentation: time shift, background noise at a random SNR, random gain."""
+"""Batch augmentation: time shift, background noise at a random SNR, random gain; SpecAugment masks."""
 from __future__ import annotations
 
 import torch
@@ -43,3 +43,17 @@ def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
     scale = torch.sqrt(p_sig / (p_noise * 10.0 ** (snr_db / 10.0))) * use_noise
     x = torch.addcmul(x, scale[:, None], seg)  # x is a fresh tensor from here on: in-place is safe
     return x.mul_((10.0 ** (gain_db / 20.0))[:, None]).clamp_(-1.0, 1.0)
+
+
+def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator) -> torch.Tensor:
+    """Zero random bands of coefficients and runs of frames in [B, T, C] features (SpecAugment)."""
+    b, t, c = feats.shape
+    keep = torch.ones(b, t, c, dtype=torch.bool)
+    for count, width, axis, size in ((cfg.freq_masks, cfg.freq_width, 2, c), (cfg.time_masks, cfg.time_width, 1, t)):
+        for _ in range(count):
+            w = (torch.rand(b, generator=generator) * (width + 1)).long()  # width in 0..width
+            start = (torch.rand(b, generator=generator) * (size - w + 1)).long()
+            pos = torch.arange(size)
+            band = (pos >= start[:, None]) & (pos < (start + w)[:, None])  # [B, size]
+            keep &= ~(band[:, None, :] if axis == 2 else band[:, :, None])
+    return feats * keep.to(feats.device)
