@@ -158,15 +158,14 @@ def test_spec_augment_masks_bands_and_frames_deterministically():
     from edgeosc.config import AugmentConfig
     from edgeosc.data.augment import spec_augment
     cfg = AugmentConfig(freq_masks=2, freq_width=5, time_masks=2, time_width=6)
-    x = torch.randn(16, 49, 40) + 5.0  # no natural zeros
+    x = torch.randn(16, 49, 40)
     a = spec_augment(x, cfg, torch.Generator().manual_seed(3))
     b = spec_augment(x, cfg, torch.Generator().manual_seed(3))
     assert torch.equal(a, b) and a.shape == x.shape
-    zero = a == 0
-    assert zero.any() and torch.equal(a[~zero], x[~zero])
-    # masked cells form whole coefficient bands or whole frames: at most 2 x 5 bands, 2 x 6 frames
-    full_bands = zero.all(dim=1).sum(-1)  # [B] coefficients zero in every frame
-    full_frames = zero.all(dim=2).sum(-1)  # [B] frames zero in every coefficient
-    assert (full_bands <= 10).all() and (full_frames <= 12).all()
-    assert torch.equal(zero, zero.all(dim=1, keepdim=True) | zero.all(dim=2, keepdim=True))
+    floor = x.amin(dim=(1, 2), keepdim=True)
+    masked = a == floor  # masked cells take the clip's floor; the rest are untouched
+    assert masked.float().mean() > 0.05 and torch.equal(a[~masked], x[~masked])
+    # whole coefficient bands and whole frames: at most 2 x 5 bands and 2 x 6 frames per clip
+    assert (masked.all(dim=1).sum(-1) <= 10).all() and (masked.all(dim=2).sum(-1) <= 12).all()
+    assert (masked.all(dim=1).any(-1) | masked.all(dim=2).any(-1)).all()
     assert torch.equal(spec_augment(x, AugmentConfig(), torch.Generator()), x)

@@ -46,7 +46,11 @@ def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
 
 
 def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator) -> torch.Tensor:
-    """Zero random bands of coefficients and runs of frames in [B, T, C] features (SpecAugment)."""
+    """Mask random bands of coefficients and runs of frames in [B, T, C] features (SpecAugment).
+
+    Masked cells take the clip's lowest value (its silence floor): a zero would be the clip's mean
+    after per-clip normalisation, i.e. loud, not absent, where the clip is padded with silence.
+    """
     b, t, c = feats.shape
     keep = torch.ones(b, t, c, dtype=torch.bool)
     for count, width, axis, size in ((cfg.freq_masks, cfg.freq_width, 2, c), (cfg.time_masks, cfg.time_width, 1, t)):
@@ -56,4 +60,5 @@ def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Gener
             pos = torch.arange(size)
             band = (pos >= start[:, None]) & (pos < (start + w)[:, None])  # [B, size]
             keep &= ~(band[:, None, :] if axis == 2 else band[:, :, None])
-    return feats * keep.to(feats.device)
+    floor = feats.amin(dim=(1, 2), keepdim=True)
+    return torch.where(keep.to(feats.device), feats, floor)
