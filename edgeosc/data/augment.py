@@ -48,8 +48,9 @@ def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
 def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator) -> torch.Tensor:
     """Mask random bands of coefficients and runs of frames in [B, T, C] features (SpecAugment).
 
-    Masked cells take the clip's lowest value (its silence floor): a zero would be the clip's mean
-    after per-clip normalisation, i.e. loud, not absent, where the clip is padded with silence.
+    Masked cells take their band's lowest value in the clip (its silence level): a zero would be the
+    band's mean after per-clip normalisation, i.e. loud, not absent, and one floor for all bands would
+    be far below most bands' silence.
     """
     b, t, c = feats.shape
     keep = torch.ones(b, t, c, dtype=torch.bool)
@@ -60,5 +61,5 @@ def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Gener
             pos = torch.arange(size)
             band = (pos >= start[:, None]) & (pos < (start + w)[:, None])  # [B, size]
             keep &= ~(band[:, None, :] if axis == 2 else band[:, :, None])
-    floor = feats.amin(dim=(1, 2), keepdim=True)
+    floor = feats.amin(dim=1, keepdim=True)  # [B, 1, C]: each band's own silence level
     return torch.where(keep.to(feats.device), feats, floor)
