@@ -97,6 +97,7 @@ class AugmentConfig:
     noise_prob: float = 0.8
     snr_db: tuple[float, float] = (5.0, 30.0)
     gain_db: tuple[float, float] = (-6.0, 6.0)
+    speed: tuple[float, float] = (1.0, 1.0)  # speed (and pitch/formant) factor range; (1, 1) = off
     # SpecAugment-style masking of the features (each band set to its silence level in the clip)
     freq_masks: int = 0  # masks per clip, each up to freq_width coefficients
     freq_width: int = 8

@@ -169,3 +169,18 @@ def test_spec_augment_masks_bands_and_frames_deterministically():
     assert (masked.all(dim=1).sum(-1) <= 10).all() and (masked.all(dim=2).sum(-1) <= 12).all()
     assert (masked.all(dim=1).any(-1) | masked.all(dim=2).any(-1)).all()
     assert torch.equal(spec_augment(x, AugmentConfig(), torch.Generator()), x)
+
+
+def test_speed_perturb_scales_pitch_and_keeps_length():
+    from edgeosc.config import AugmentConfig
+    from edgeosc.data.augment import speed_perturb
+    t = torch.arange(16000) / 16000
+    tone = torch.sin(2 * torch.pi * 500 * t).repeat(4, 1)
+    cfg = AugmentConfig(speed=(1.2, 1.2))
+    out = speed_perturb(tone, cfg, torch.Generator().manual_seed(0))
+    assert out.shape == tone.shape
+    peak = torch.fft.rfft(out[0, 4000:12000]).abs().argmax().item() * 2  # bins of 2 Hz over 0.5 s
+    assert abs(peak - 600) <= 4  # 500 Hz played 1.2x faster
+    assert torch.isfinite(out).all() and (out[:, :1000] == 0).all()  # sped up: the ends are silence
+    same = speed_perturb(tone, AugmentConfig(speed=(1.0, 1.0)), torch.Generator())
+    torch.testing.assert_close(same, tone)

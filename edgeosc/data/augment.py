@@ -45,6 +45,23 @@ def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
     return x.mul_((10.0 ** (gain_db / 20.0))[:, None]).clamp_(-1.0, 1.0)
 
 
+def speed_perturb(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator) -> torch.Tensor:
+    """Play each [B, S] clip faster or slower by a random factor about its centre, keeping its length.
+
+    Duration, pitch and formants all scale together, a cheap stand-in for another speaker's vocal
+    tract. Linear interpolation: above 1 it aliases what lies over sample_rate / (2 x factor).
+    """
+    b, s = wave.shape
+    factor = _uniform(cfg.speed, b, generator).to(wave.device)
+    pos = (torch.arange(s, device=wave.device) - s / 2) * factor[:, None] + s / 2  # [B, S] source positions
+    inside = (pos >= 0) & (pos <= s - 1)
+    left = pos.floor().clamp(0, s - 2)
+    frac = pos - left
+    left = left.long()
+    x = torch.gather(wave, 1, left) * (1 - frac) + torch.gather(wave, 1, left + 1) * frac
+    return x * inside
+
+
 def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator) -> torch.Tensor:
     """Mask random bands of coefficients and runs of frames in [B, T, C] features (SpecAugment).
 
