@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
@@ -103,7 +102,7 @@ class Batches:
     def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None):
         order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
         for start in range(0, len(order), batch_size):
-            sel = np.sort(order[start:start + batch_size]) if generator is None else order[start:start + batch_size]
+            sel = order[start:start + batch_size]
             wave = torch.as_tensor(self.audio[sel], dtype=torch.float32) / 32768
             if aug is not None:
                 if tuple(aug.speed) != (1.0, 1.0):
