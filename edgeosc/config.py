@@ -117,6 +117,7 @@ class TrainConfig:
     patience: int = 8  # early stopping on validation accuracy
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
+    init_from: str | None = None  # a float checkpoint of the same network whose weights start training
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
 

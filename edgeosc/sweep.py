@@ -64,8 +64,9 @@ def expand(base: dict, grid: dict) -> list[tuple[str, dict]]:
         for key, value in zip(keys, values):
             section, _, name = key.partition(".")
             sections[section][name] = value
-        if sections["data"].get("data_dir"):  # checkpoints record where the data was, wherever they are used
-            sections["data"]["data_dir"] = str(Path(sections["data"]["data_dir"]).resolve())
+        for section, name in (("data", "data_dir"), ("train", "init_from")):  # recorded paths: absolute
+            if sections[section].get(name):
+                sections[section][name] = str(Path(sections[section][name]).resolve())
         if sections["model"].get("attention", "oscillator") != "oscillator":
             for name in OSCILLATOR_ONLY:
                 sections["model"].pop(name, None)

@@ -87,6 +87,19 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
     return ckpt
 
 
+def init_weights(model: torch.nn.Module, path: str | Path) -> None:
+    """Start from another run's weights (e.g. synthetic speech before real): every tensor whose name and
+    shape match is copied; the rest (the classifier of another class set) keeps its initialisation."""
+    source = load_checkpoint(path)
+    if source.quant_cfg is not None or (dataclasses.replace(source.model_cfg, n_classes=0)
+                                        != dataclasses.replace(model.cfg, n_classes=0)):
+        raise CheckpointError(f"{path}: --init-from needs a float checkpoint of the same network "
+                              f"(it holds {source.model_cfg})")
+    own = model.state_dict()
+    model.load_state_dict({k: v for k, v in source.model.state_dict().items() if own[k].shape == v.shape},
+                          strict=False)
+
+
 class Batches:
     """Clips of one split -> feature batches on the device (augmented for training)."""
 
@@ -162,6 +175,8 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         raise ValueError("the dataset has no training or no validation clips")
     torch.manual_seed(train_cfg.seed)
     model = (build_model(model_cfg) if build is None else build(model_cfg, train_b(train_cfg.batch_size), device))
+    if train_cfg.init_from and build is None:
+        init_weights(model, train_cfg.init_from)
     model = model.to(device)
     quant = model.checkpoint_record() if hasattr(model, "checkpoint_record") else None
     steps = math.ceil(len(train_b) / train_cfg.batch_size)

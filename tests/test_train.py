@@ -6,6 +6,8 @@ import torch
 from edgeosc.config import AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
 from edgeosc.train import CheckpointError, evaluate_checkpoint, load_checkpoint, train
 
+from conftest import tone_clipset
+
 TRAIN = TrainConfig(epochs=3, batch_size=8, lr=3e-3, patience=10, augment=AugmentConfig(noise_prob=0.5))
 
 
@@ -55,3 +57,16 @@ def test_bad_checkpoints(tones, data_cfg, tmp_path):
     with pytest.raises(CheckpointError, match="another model"):  # resume with a different model config
         train(tones, tmp_path / "r", model_cfg=ModelConfig(size="small", d_osc=4), feature_cfg=FeatureConfig(),
               train_cfg=TRAIN, data_cfg=data_cfg, resume=True, progress=False)
+
+
+def test_init_from_copies_matching_weights_and_refuses_other_networks(tones, data_cfg, tmp_path):
+    run(tones, data_cfg, tmp_path / "src", train_cfg=dataclasses.replace(TRAIN, epochs=1))
+    src = load_checkpoint(tmp_path / "src" / "best.pt").model.state_dict()
+    two = tone_clipset(classes=2)  # another class set: the classifier cannot be copied
+    cfg = dataclasses.replace(TRAIN, epochs=1, lr=1e-12, init_from=str(tmp_path / "src" / "best.pt"))
+    run(two, data_cfg, tmp_path / "dst", train_cfg=cfg)
+    dst = torch.load(tmp_path / "dst" / "last.pt", weights_only=True)["model"]
+    assert torch.allclose(dst["stem.weight"], src["stem.weight"], atol=1e-6)  # copied (lr ~ 0)
+    assert dst["head.weight"].shape[0] == 2
+    with pytest.raises(CheckpointError, match="same network"):
+        run(tones, data_cfg, tmp_path / "soft", "softmax", train_cfg=cfg)
