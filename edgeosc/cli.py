@@ -243,13 +243,13 @@ def summary(run_dirs, as_json):
 
     RUN_DIRS are run folders or folders holding them (searched for results.json).
     """
-    from .train import load_checkpoint
+    from .train import load_checkpoint, read_results
     groups = defaultdict(list)
     for root in run_dirs:
         for res_file in sorted(Path(root).rglob("results.json")):
             if not (res_file.parent / "best.pt").is_file():
                 continue  # a sweep's own table, not a run
-            res = json.loads(res_file.read_text())
+            res = read_results(res_file.parent)
             dataset = res.get("dataset") or load_checkpoint(res_file.parent / "best.pt").data_cfg.dataset
             attention = res["attention"] + (f" {res['quant']}" if res.get("quant") else "")  # QAT/PTQ apart
             key = (dataset, attention, res["size"], res["d_osc"] if res["attention"] == "oscillator" else "-",

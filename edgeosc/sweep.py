@@ -71,7 +71,7 @@ def expand(base: dict, grid: dict) -> list[tuple[str, dict]]:
             for name in OSCILLATOR_ONLY:
                 sections["model"].pop(name, None)
         cfgs = {s: from_dict(cls, sections[s]) for s, cls in SECTIONS.items()}
-        ident = repr(sorted((s, repr(to_dict(c))) for s, c in cfgs.items()))
+        ident = tuple(cfgs.values())  # frozen dataclasses: equal settings, equal identity
         if ident in seen:
             continue
         seen.add(ident)
@@ -134,10 +134,11 @@ def run_sweep(path: str | Path, out_dir: str | Path, cache_dir=None, progress: b
     pending = [(name, cfgs) for name, cfgs in runs if not (out_dir / name / "results.json").is_file()]
     if ray_address and pending:
         run_with_ray(pending, out_dir, ray_address, cache_dir, gpus_per_run)
-    memo = {}
-    for i, (name, cfgs) in enumerate(pending if not ray_address else [], 1):
-        echo(f"[{i}/{len(pending)}] {name}")
-        train_run(cfgs, out_dir / name, cache_dir, progress, memo)
+    else:
+        memo = {}
+        for i, (name, cfgs) in enumerate(pending, 1):
+            echo(f"[{i}/{len(pending)}] {name}")
+            train_run(cfgs, out_dir / name, cache_dir, progress, memo)
     rows = []
     for name, cfgs in runs:
         res = read_results(out_dir / name)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .config import DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, to_dict
-from .data.augment import augment, spec_augment, speed_perturb
+from .data.augment import augment, spec_augment
 from .data.clipset import ClipSet
 from .features import FeatureExtractor
 from .io import atomic_path, write_json
@@ -118,8 +118,6 @@ class Batches:
             sel = order[start:start + batch_size]
             wave = torch.as_tensor(self.audio[sel], dtype=torch.float32) / 32768
             if aug is not None:
-                if tuple(aug.speed) != (1.0, 1.0):
-                    wave = speed_perturb(wave, aug, generator)
                 wave = augment(wave, aug, generator, self.noise)
             with torch.no_grad():
                 feats = self.features(wave.to(self.device))

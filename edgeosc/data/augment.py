@@ -16,6 +16,8 @@ def _uniform(lo_hi, n, generator) -> torch.Tensor:
 def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
             noise: torch.Tensor | None = None, *, sample_rate: int = 16000) -> torch.Tensor:
     """Augment a [B, S] float batch in [-1, 1]; deterministic given the generator's state."""
+    if tuple(cfg.speed) != (1.0, 1.0):  # drawn only when on, so other settings' draws stay as they were
+        wave = speed_perturb(wave, cfg, generator)
     b, s = wave.shape
     dev, gdev = wave.device, generator.device
     # Every draw happens for every row, in a fixed order, so results depend only on the seed.
