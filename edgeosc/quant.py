@@ -4,26 +4,23 @@ Presets (bit width, granularity, scaling):
   int8  weights int8, per output channel, symmetric narrow range [-127, 127], float scale = max |w| of the
         channel (recomputed from the weights each step); activations int8 per tensor, symmetric [-128, 127],
         zero point 0, a float scale learned as log2(scale), initialised by calibration (the 99.999th
-        percentile of the activations, averaged over calibration batches); the non-negative points w, c, a
-        likewise in uint8 [0, 255]; bias int32 with scale = input scale x weight scale (no parameter of its own).
+        percentile of the activations, averaged over calibration batches); non-negative tensors likewise in
+        uint8 [0, 255] (int8 with zero point -128 in TFLite); bias int32 with scale = input scale x weight
+        scale (no parameter of its own).
   w4a8  as int8 but weights int4 per output channel, symmetric narrow range [-7, 7].
 
-What is quantized (what an integer runtime executes in integer): the feature input, every Linear/Conv1d
-(int8 weights, quantized input, int32 bias), the inputs and outputs of every matmul in the attention
-cores (q, k, v, r; qk, zr, out), the positive map's output w, the state z, the shifted cosines c, the
-readout weights a, and the logits (so parity is counted in their LSBs). A tensor is quantized once,
-where an integer op consumes it; the stem's output is quantized too, so onnxruntime runs it as QLinearConv.
-h = w r stays at int32 accumulator precision (see ACCUMULATOR), like every Linear's output.
-What stays float (between DequantizeLinear and QuantizeLinear in QCDQ), and why:
-  - LayerNorm and the residual adds: Brevitas has no quantized LayerNorm and QCDQ no integer
-    LayerNormalization; an integer runtime keeps the residual stream in int16/int32.
-  - the positive map (Brevitas has no softplus/elu1/relu2 quantizer), 1/||h|| and the readout division:
-    elementwise maps from quantized inputs to quantized outputs, i.e. 256-entry tables or fixed-point
-    rsqrt/division in an integer kernel; onnxruntime computes them in float.
-  - the per-head score scale and 1/sqrt(d_h): constants folded into q's projection and w's table.
-  - softmax (baseline: exp), the positions added after the stem, the mean over time before the head.
-  - Kuramoto networks: only their Linear/Conv1d layers, input and logits; the phase maths (cos/sin,
-    softmax coupling, circular means) has no integer form here.
+The QAT graph simulates the integer graph of export/tflite.py: every tensor that graph holds in int8 is
+quantized here, once, at a named point (attention.QUANT_POINTS / LAYER_POINTS, kws.MODEL_POINTS /
+BLOCK_POINTS, IntegerLayerNorm.POINTS), so the two differ only by rounding. In particular:
+  - an elementwise map from a quantized input to a quantized output (the positive map, (1 + zr)^p, 1/csum,
+    LayerNorm's 1/sqrt(var + eps)) is exactly a 256-entry table: the int8 graph looks it up (GATHER);
+  - r, wn and z are TFLite L2_NORMALIZATION outputs: fixed scale 1/128; the softmax weights are TFLite
+    SOFTMAX's output: fixed scale 1/256;
+  - LayerNorm is computed step by step (mean, centre, square, variance, table, product) with its affine
+    folded into the Linear layers that read it;
+  - a Linear reads its input through the quantizer of the point that produced it (shared, so the second
+    pass is exact) and keeps its output float until the next point (the int32 accumulator).
+Kuramoto networks: only their Linear/Conv1d layers, input and logits (no integer form of the phase maths).
 """
 from __future__ import annotations
 
@@ -39,14 +36,15 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
     warnings.simplefilter("ignore", UserWarning)
     from brevitas import nn as qnn
     from brevitas.core.restrict_val import RestrictValueType
+    from brevitas.inject.enum import ScalingImplType
     from brevitas.graph.calibrate import calibration_mode
     from brevitas.quant import (Int8ActPerTensorFloat, Int8WeightPerChannelFloat, Int32Bias,
                                 Uint8ActPerTensorFloat)
 
 from .config import QUANT_PRESETS, ModelConfig, QuantConfig, to_dict
 from .io import sha256_file
-from .models.attention import QUANT_POINTS, OscillatorAttention, SoftmaxAttention
-from .models.kws import build_model
+from .models.attention import LAYER_POINTS, QUANT_POINTS, OscillatorAttention, SoftmaxAttention
+from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
 
 class Int4WeightPerChannelFloat(Int8WeightPerChannelFloat):
@@ -65,6 +63,20 @@ class Uint8ActLogScale(Uint8ActPerTensorFloat):
     restrict_scaling_type = RestrictValueType.LOG_FP
 
 
+class UnitVector(Int8ActPerTensorFloat):
+    """Fixed scale 1/128 (Brevitas: threshold / 2^7): TFLite L2_NORMALIZATION's int8 output."""
+
+    scaling_impl_type = ScalingImplType.CONST
+    scaling_init = 1.0
+
+
+class Probability(Uint8ActPerTensorFloat):
+    """Fixed scale 1/256 (threshold / 255): TFLite int8 SOFTMAX's output."""
+
+    scaling_impl_type = ScalingImplType.CONST
+    scaling_init = 255 / 256
+
+
 @dataclass(frozen=True)
 class Preset:
     weight: type  # Brevitas weight quantizer
@@ -76,28 +88,46 @@ class Preset:
 PRESETS = {"int8": Preset(Int8WeightPerChannelFloat, Int8ActLogScale, Uint8ActLogScale, Int32Bias),
            "w4a8": Preset(Int4WeightPerChannelFloat, Int8ActLogScale, Uint8ActLogScale, Int32Bias)}
 assert tuple(PRESETS) == QUANT_PRESETS
-NONNEGATIVE = {"w", "c", "a"}  # positive map output, shifted cosines, readout/softmax weights
-# Matmul outputs kept at accumulator precision (int32 in an integer kernel): h = w r is only normalised,
-# z = h / ||h||, and 8 bits per tensor lose the direction of short h (PTQ of a small oscillator net,
-# d_osc 8, p 4, relu2, synth validation: 96.6% with h in int8, 98.7% with h in int32, 98.8% float).
-ACCUMULATOR = {"h"}
-# The layers reading the features: their input is QATModel.input_quant's; their output is quantized too
-# (before the positions are added), so onnxruntime runs them as QLinearConv.
-INPUT_LAYERS = {"stem", "to_phase"}
+# >= 0 by construction: positive map, shifted cosines and their sum, reciprocal, readout; the ReLU output;
+# LayerNorm's square, variance and 1/sqrt
+NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden", "square", "var", "rstd"}
+FIXED = {"oscillator": {"r": UnitVector, "wn": UnitVector, "z": UnitVector}, "softmax": {"a": Probability}}
+INPUT_LAYERS = {"to_phase"}  # Kuramoto: the layer reading the features (QATModel.input_quant's output)
 
 
 class QuantPoints(nn.Module):
-    """The cores' `quant(name, x)` hook: one Brevitas QuantIdentity per named point of attention.py."""
+    """A `quant(name, x)` hook (attention.py, kws.py): one Brevitas QuantIdentity per named point."""
 
-    def __init__(self, names: tuple[str, ...], preset: Preset):
+    def __init__(self, names: tuple[str, ...], preset: Preset, fixed: dict | None = None):
         super().__init__()
-        self.points = nn.ModuleDict({n: qnn.QuantIdentity(preset.act_unsigned if n in NONNEGATIVE else preset.act)
-                                     for n in names if n not in ACCUMULATOR})
+        fixed = fixed or {}
+        kinds = {n: fixed[n] if n in fixed else preset.act_unsigned if n in NONNEGATIVE else preset.act
+                 for n in names}  # not `fixed.get(n) or ...`: a Brevitas injector class is falsy
+        self.points = nn.ModuleDict({n: qnn.QuantIdentity(kind) for n, kind in kinds.items()})
 
     def forward(self, name: str, x: Tensor) -> Tensor:
-        if name in ACCUMULATOR:
-            return x
-        return self.points[name](x)  # a KeyError here: attention.py has a point quant.py does not know
+        return self.points[name](x)  # a KeyError here: a point the model calls that quant.py does not know
+
+    def proxy(self, name: str):
+        """The point's quantizer, to share as a Linear's input quantizer."""
+        return self.points[name].act_quant
+
+
+class IntegerLayerNorm(nn.Module):
+    """LayerNorm as the int8 graph computes it, each step quantized; the affine is folded into the readers."""
+
+    POINTS = ("mean", "center", "square", "var", "rstd", "norm")
+
+    def __init__(self, eps: float, preset: Preset):
+        super().__init__()
+        self.eps, self.quant = eps, QuantPoints(self.POINTS, preset)
+
+    def forward(self, x: Tensor) -> Tensor:  # [..., d]
+        q = self.quant
+        mean = q("mean", x.mean(-1, keepdim=True))
+        centered = q("center", x - mean)
+        var = q("var", q("square", centered.square()).mean(-1, keepdim=True))
+        return q("norm", centered * q("rstd", (var + self.eps).rsqrt()))
 
 
 class QATModel(nn.Module):
@@ -119,9 +149,9 @@ class QATModel(nn.Module):
         return dict(config=to_dict(self.quant_cfg), **self.provenance)
 
 
-def _quant_layer(layer: nn.Module, preset: Preset, first: bool) -> nn.Module:
+def _quant_layer(layer: nn.Module, preset: Preset, input_quant=None, output_quant=None) -> nn.Module:
     kw = dict(bias=layer.bias is not None, weight_quant=preset.weight, bias_quant=preset.bias,
-              input_quant=None if first else preset.act, output_quant=preset.act if first else None)
+              input_quant=input_quant, output_quant=output_quant)
     if isinstance(layer, nn.Linear):
         new = qnn.QuantLinear(layer.in_features, layer.out_features, **kw)
     else:
@@ -134,27 +164,65 @@ def _quant_layer(layer: nn.Module, preset: Preset, first: bool) -> nn.Module:
     return new
 
 
+@torch.no_grad()
+def _fold(norm: nn.LayerNorm, *readers: nn.Linear) -> None:
+    """Fold a LayerNorm's affine into the Linear layers reading it: W (g n + b0) + b = (W g) n + (W b0 + b)."""
+    for layer in readers:
+        layer.bias.add_(layer.weight @ norm.bias)
+        layer.weight.mul_(norm.weight)
+
+
+def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
+    """Points everywhere the int8 graph holds a tensor; Linear inputs share their producer's quantizer."""
+    net.quant = QuantPoints(MODEL_POINTS, preset)
+    net.stem = _quant_layer(net.stem, preset, output_quant=preset.act)  # input: QATModel.input_quant
+    for block in net.blocks:
+        attn = block.attn
+        kind = "softmax" if isinstance(attn, SoftmaxAttention) else "oscillator"
+        if kind == "oscillator" and attn.factorized:
+            raise ValueError("QAT uses the direct oscillator form; the factorized core has no quantization points")
+        readers = [attn.qkv] + ([attn.anchor] if getattr(attn, "anchor", None) is not None else [])
+        _fold(block.norm1, *readers)
+        _fold(block.norm2, block.ff[0])
+        block.norm1, block.norm2 = (IntegerLayerNorm(n.eps, preset) for n in (block.norm1, block.norm2))
+        names = QUANT_POINTS[kind] + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or len(readers) > 1)
+        attn.quant = QuantPoints(names, preset, FIXED[kind])
+        attn.qkv = _quant_layer(attn.qkv, preset, block.norm1.quant.proxy("norm"))
+        if len(readers) > 1:
+            attn.anchor = _quant_layer(attn.anchor, preset, block.norm1.quant.proxy("norm"))
+        attn.out = _quant_layer(attn.out, preset, attn.quant.proxy("out"))
+        block.quant = QuantPoints(BLOCK_POINTS, preset)
+        block.ff[0] = _quant_layer(block.ff[0], preset, block.norm2.quant.proxy("norm"))
+        block.ff[2] = _quant_layer(block.ff[2], preset, block.quant.proxy("ff_hidden"))
+    _fold(net.norm, net.head)
+    net.norm = IntegerLayerNorm(net.norm.eps, preset)
+    net.head = _quant_layer(net.head, preset, net.quant.proxy("pool"))
+
+
 def quantize_model(model: nn.Module, quant_cfg: QuantConfig) -> QATModel:
     """The QAT twin of a float KWS network of any attention kind, with its float weights (the input is kept)."""
     preset, net = PRESETS[quant_cfg.preset], copy.deepcopy(model)
-    for name, module in list(net.named_modules()):
-        for child_name, child in module.named_children():
-            if type(child) in (nn.Linear, nn.Conv1d):
-                first = module is net and child_name in INPUT_LAYERS
-                setattr(module, child_name, _quant_layer(child, preset, first))
-        if isinstance(module, OscillatorAttention) and module.factorized:
-            raise ValueError("QAT uses the direct oscillator form; the factorized core has no quantization points")
-        if isinstance(module, (OscillatorAttention, SoftmaxAttention)):
-            kind = "softmax" if isinstance(module, SoftmaxAttention) else "oscillator"
-            module.quant = QuantPoints(QUANT_POINTS[kind], preset)
+    if isinstance(net, KWSTransformer):
+        _quantize_transformer(net, preset)
+    else:  # Kuramoto: Linear/Conv1d layers only, each quantizing its own input
+        for module in list(net.modules()):
+            for name, child in module.named_children():
+                if type(child) in (nn.Linear, nn.Conv1d):
+                    first = module is net and name in INPUT_LAYERS
+                    setattr(module, name, _quant_layer(child, preset, None if first else preset.act,
+                                                       preset.act if first else None))
     return QATModel(net, quant_cfg)
 
 
 def float_model(model: QATModel) -> nn.Module:
-    """The float network holding a QAT model's (unquantized) weights."""
+    """The float network holding a QAT model's (unquantized) weights; LayerNorm affines stay identity (folded)."""
     net = build_model(model.cfg)
     own = net.state_dict()
-    net.load_state_dict({k: v for k, v in model.net.state_dict().items() if k in own})
+    missing = net.load_state_dict({k: v for k, v in model.net.state_dict().items() if k in own},
+                                  strict=False).missing_keys
+    norms = {n for n, m in net.named_modules() if isinstance(m, nn.LayerNorm)}
+    if any(k.rsplit(".", 1)[0] not in norms for k in missing):
+        raise ValueError(f"the QAT model lacks weights of its float network: {missing}")
     return net.eval()
 
 

@@ -12,6 +12,7 @@ from edgeosc.export import export
 from edgeosc.export.onnxrt import OnnxModelError, OnnxRunner, load_onnx
 from edgeosc.export.oscillator_op import DOMAIN, OP
 from edgeosc.features import FeatureExtractor
+from edgeosc.models.attention import QUANT_POINTS
 from edgeosc.models.kws import build_model
 from edgeosc.quant import calibrate, float_model, quantize_model
 
@@ -119,7 +120,7 @@ def test_custom_op_model_runs_in_stock_onnxruntime_and_matches(runs):
         cfg = runs["oscillator"]["qat"].cfg
         assert (attrs["p"], attrs["d_osc"], attrs["positive"].decode()) == (cfg.p, cfg.d_osc, cfg.positive)
         assert attrs["eps"] == pytest.approx(cfg.eps)
-        quantized = {"q", "k", "v", "r", "qk", "w", "z", "zr", "c", "a", "out"} if custom.startswith("int8") else set()
+        quantized = set(QUANT_POINTS["oscillator"]) if custom.startswith("int8") else set()
         assert {n[:-len("_scale")] for n in attrs if n.endswith("_scale")} == quantized
         for optimize in (False, True):
             a, b = (OnnxRunner(folder / f, optimize)(held.numpy()) for f in (plain, custom))

@@ -16,7 +16,7 @@ import torch
 from onnx import helper
 from torch import nn
 
-from ..models.attention import OscillatorAttention
+from ..models.attention import QUANT_POINTS, OscillatorAttention
 
 DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 1
 INPUTS, OUTPUT = ("q", "k", "v", "r"), "out"
@@ -27,8 +27,8 @@ def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | 
     if layer.quant is None:
         return None
     params = {}
-    for name, point in layer.quant.points.items():
-        aq = point.act_quant
+    for name in QUANT_POINTS["oscillator"]:  # the core's points (not the layer's projections around it)
+        aq = layer.quant.points[name].act_quant
         if int(aq.bit_width()) != 8 or float(aq.zero_point()) != 0.0:
             raise ValueError(f"the custom op takes 8-bit symmetric points; {name} has {aq.bit_width()} bits")
         params[name] = (float(aq.scale()), bool(aq.is_signed))

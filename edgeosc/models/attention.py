@@ -33,15 +33,35 @@ def _masked_fill(x: Tensor, mask: Tensor | None, value: float) -> Tensor:
 
 
 # The cores take an optional hook quant(name, x) -> x', applied at these named points (QAT passes one
-# fake quantizer per point, see quant.py; None is the identity, so float results are unchanged):
-# q, k, v, r the core's inputs; qk = q k^T, h = w r, zr = z r^T and out = a v the matmul outputs;
-# w the positive map's output, z the oscillator state, c the shifted cosines (1 + zr)^p, a the readout.
-QUANT_POINTS = {"oscillator": ("q", "k", "v", "r", "qk", "w", "h", "z", "zr", "c", "a", "out"),
+# fake quantizer per point, see quant.py; None is the identity, so float results are unchanged). They are
+# the tensors an int8 runtime holds (export/tflite.py): q, k, v, r the core's inputs; qk = q k^T,
+# h = wn r, zr = z r^T and out = a v the matmul outputs; w the positive map's output, wn its unit rows, z the oscillator
+# state, c the shifted cosines (1 + zr)^p, csum their sum over keys, inv = 1 / csum, a = c inv the readout.
+QUANT_POINTS = {"oscillator": ("q", "k", "v", "r", "qk", "w", "wn", "h", "z", "zr", "c", "csum", "inv", "a", "out"),
                 "softmax": ("q", "k", "v", "qk", "a", "out")}
+# Points of the attention modules around their cores: raw anchors (before normalising) and the output projection.
+LAYER_POINTS = {"oscillator": ("r_raw", "proj"), "softmax": ("proj",)}
 
 
 def _identity(name: str, x: Tensor) -> Tensor:
     return x
+
+
+# The elementwise maps of the oscillator core. Between two quantized points each is a 256-entry table in
+# the int8 graph (export/tflite.py builds the tables with these very functions).
+def coupling(qk: Tensor, d_h: int, positive: str) -> Tensor:
+    """w = positive(q.k / sqrt(d_h))."""
+    return POSITIVE[positive](qk / math.sqrt(d_h))
+
+
+def shifted_power(zr: Tensor, p: int) -> Tensor:
+    """(1 + z.r)^p, in [0, 2^p]."""
+    return (1.0 + zr).pow(p)
+
+
+def reciprocal(x: Tensor) -> Tensor:
+    """1 / x, finite at x = 0 (all readout weights 0 then, so the output is 0)."""
+    return x.clamp_min(torch.finfo(x.dtype).tiny).reciprocal()
 
 
 def oscillator_state(q: Tensor, k: Tensor, r: Tensor, *, eps: float = 1e-6, positive: str = "softplus",
@@ -52,8 +72,11 @@ def oscillator_state(q: Tensor, k: Tensor, r: Tensor, *, eps: float = 1e-6, posi
     """
     quant = _identity if quant is None else quant
     qk = quant("qk", q @ k.transpose(-1, -2))  # [B,H,T,T]
-    w = quant("w", POSITIVE[positive](qk / math.sqrt(q.shape[-1])))  # [B,H,T,T] > 0
-    h = quant("h", _masked_fill(w, mask, 0.0) @ r)  # [B,H,T,d_osc]
+    w = quant("w", coupling(qk, q.shape[-1], positive))  # [B,H,T,T] > 0
+    # z depends only on the direction of each row of w r: unit rows of w keep |h| within [~1, sqrt(T)]
+    # whatever the scores' magnitude, so 8 bits of h keep its direction (int8 graph: L2_NORMALIZATION)
+    wn = quant("wn", F.normalize(_masked_fill(w, mask, 0.0), dim=-1))
+    h = quant("h", wn @ r)  # [B,H,T,d_osc]
     # sqrt(clamp(|h|^2, eps^2)) == max(|h|, eps) but with a zero (not NaN) gradient below eps:
     # a degenerate h (|h| -> 0) gives z -> 0, i.e. a uniform readout, instead of an undefined direction.
     norm = h.square().sum(-1, keepdim=True).clamp_min(eps * eps).sqrt()
@@ -68,8 +91,10 @@ def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int =
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
     z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask, quant=quant)  # [B,H,T,d_osc]
     zr = quant("zr", z @ r.transpose(-1, -2))  # [B,H,T,T] in [-1, 1]: |z| <= 1, |r| <= 1
-    c = quant("c", _masked_fill((1.0 + zr).pow(p), mask, 0.0))  # in [0, 2^p]
-    a = quant("a", c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny))
+    c = quant("c", _masked_fill(shifted_power(zr, p), mask, 0.0))  # in [0, 2^p]
+    csum = quant("csum", c.sum(-1, keepdim=True))  # [B,H,T,1]
+    # a reciprocal and a product, not a division: int8 runtimes lack DIV; 1/csum is a table of csum
+    a = quant("a", c * quant("inv", reciprocal(csum)))
     out = quant("out", a @ v)
     return (out, a) if return_weights else out
 
@@ -187,6 +212,9 @@ class _Heads(nn.Module):
         self.out = nn.Linear(d_model, d_model)
         self.quant: nn.Module | None = None  # the cores' quantization hook; quant.py sets it for QAT
 
+    def point(self, name: str, x: Tensor) -> Tensor:
+        return x if self.quant is None else self.quant(name, x)
+
     def split(self, x: Tensor) -> Tensor:  # [B,T,H*d] -> [B,H,T,d]
         return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
 
@@ -195,7 +223,7 @@ class _Heads(nn.Module):
         return q * self.log_scale.exp(), k, v
 
     def merge(self, x: Tensor) -> Tensor:  # [B,H,T,d] -> [B,T,H*d]
-        return self.out(x.transpose(1, 2).flatten(-2))
+        return self.point("proj", self.out(x.transpose(1, 2).flatten(-2)))
 
 
 class SoftmaxAttention(_Heads):
@@ -227,7 +255,7 @@ class OscillatorAttention(_Heads):
         self.anchor = nn.Linear(d_model, heads * d_osc) if anchors == "projected" else None
 
     def anchors_of(self, x: Tensor, k: Tensor) -> Tensor:
-        raw = self.split(self.anchor(x)) if self.anchor is not None else k[..., : self.d_osc]
+        raw = self.split(self.point("r_raw", self.anchor(x))) if self.anchor is not None else k[..., : self.d_osc]
         return F.normalize(raw, dim=-1, eps=self.eps)  # [B,H,T,d_osc] unit anchors
 
     def core(self, q: Tensor, k: Tensor, v: Tensor, r: Tensor, mask: Tensor | None = None) -> Tensor:

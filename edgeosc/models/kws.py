@@ -26,7 +26,24 @@ def resolve(cfg: ModelConfig) -> ModelConfig:
     return dataclasses.replace(cfg, d_model=cfg.d_model or d, heads=cfg.heads or h, blocks=cfg.blocks or b)
 
 
-class Block(nn.Module):
+# Named points outside the attention layers, seen by a `quant(name, x)` hook like the cores' (attention.py):
+# the tensors an int8 runtime holds between layers (residual stream, feed-forward, pooling).
+MODEL_POINTS = ("pos", "embed", "pool")
+BLOCK_POINTS = ("res1", "ff_hidden", "ff_out", "res2")
+
+
+class Hooked(nn.Module):
+    """A module with named points; `quant` is None in float (the identity), quant.py sets it for QAT."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant: nn.Module | None = None
+
+    def point(self, name: str, x: Tensor) -> Tensor:
+        return x if self.quant is None else self.quant(name, x)
+
+
+class Block(Hooked):
     """Pre-norm transformer block; only `attn` differs between attention kinds."""
 
     def __init__(self, attn: nn.Module, d_model: int, dropout: float):
@@ -37,11 +54,12 @@ class Block(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.drop(self.attn(self.norm1(x)))
-        return x + self.drop(self.ff(self.norm2(x)))
+        x = self.point("res1", x + self.drop(self.attn(self.norm1(x))))
+        hidden = self.point("ff_hidden", self.ff[1](self.ff[0](self.norm2(x))))
+        return self.point("res2", x + self.drop(self.point("ff_out", self.ff[2](hidden))))
 
 
-class KWSTransformer(nn.Module):
+class KWSTransformer(Hooked):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg = resolve(cfg)
@@ -60,10 +78,11 @@ class KWSTransformer(nn.Module):
                                    score_scale=cfg.score_scale)
 
     def forward(self, feats: Tensor) -> Tensor:  # [B,T,C]
-        x = self.stem(feats.transpose(1, 2)).transpose(1, 2) + self.pos  # [B,T,d]
+        x = self.stem(feats.transpose(1, 2)).transpose(1, 2)  # [B,T,d]
+        x = self.point("embed", x + self.point("pos", self.pos))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x).mean(1))  # mean over time -> [B,classes]
+        return self.head(self.point("pool", self.norm(x).mean(1)))  # mean over time -> [B,classes]
 
 
 class KWSKuramoto(nn.Module):
