@@ -1,0 +1,184 @@
+"""Builds firmware_models/kernels into a shared library and calls the int8 attention cores through ctypes.
+
+The library is compiled once per source hash (gcc/cc from PATH, -O2 -fPIC -shared) into a cache directory
+and renamed into place atomically, so parallel test processes never load a half-written file.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .. import integer_ref as R
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "firmware_models" / "kernels"
+CORE_SOURCES = (KERNELS / "edgeosc_fixedpoint.c", KERNELS / "edgeosc_attention.c")
+CFLAGS = ("-std=c99", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")
+ROUNDING = {"away": 0, "up": 1, "single": 2}  # EdgeoscRounding
+
+
+def cache_dir() -> Path:
+    """Where built libraries live ($EDGEOSC_CACHE or ~/.cache/edgeosc)."""
+    base = os.environ.get("EDGEOSC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgeosc"
+    return Path(base) / "ckernels"
+
+
+def compiler() -> str:
+    """The C compiler: $CC, else gcc or cc from PATH."""
+    for cc in (os.environ.get("CC"), "gcc", "cc"):
+        if cc and shutil.which(cc):
+            return cc
+    raise RuntimeError("no C compiler found (set CC, or install gcc) to build the edgeosc C kernels")
+
+
+def build_shared(sources, name: str, include_dirs=(), extra_flags=(), libs=()) -> Path:
+    """Compiles sources into lib<name>.so under the cache, keyed by the sources', headers' and flags' hash."""
+    sources = [Path(s) for s in sources]
+    include_dirs = [KERNELS, *map(Path, include_dirs)]
+    cc = compiler()
+    h = hashlib.sha256(" ".join([cc, *CFLAGS, *extra_flags, *libs]).encode())
+    headers = sorted({p for d in include_dirs for p in d.glob("*.h")})
+    for p in [*sources, *headers]:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    out = cache_dir() / h.hexdigest()[:16] / f"lib{name}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [cc, *CFLAGS, *extra_flags, *[f"-I{d}" for d in include_dirs], *map(str, sources), "-o", tmp, *libs]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        os.unlink(tmp)
+        raise RuntimeError(f"building {name} failed:\n{' '.join(cmd)}\n{res.stderr}")
+    os.replace(tmp, out)
+    return out
+
+
+class Requant(ctypes.Structure):
+    _fields_ = [("multiplier", ctypes.c_int32), ("shift", ctypes.c_int32)]
+
+
+_i32 = ctypes.c_int32
+_p8 = ctypes.POINTER(ctypes.c_int8)
+
+
+class OscParams(ctypes.Structure):
+    """Mirror of EdgeoscOscParams (edgeosc_attention.h); keep the field order in sync."""
+    _fields_ = [*[(n, _i32) for n in ("heads", "tokens", "d_head", "d_osc", "d_value")],
+                *[(n, _p8) for n in ("table_w", "table_c", "table_inv")],
+                *[(f"zp_{n}", _i32) for n in ("q", "k", "v", "r", "qk", "w", "h", "zr", "c", "sum", "inv", "a", "out")],
+                ("ones", _i32),
+                *[(f"rq_{n}", Requant) for n in ("qk", "h", "zr", "sum", "a", "out")],
+                ("round_matmul", _i32), ("round_sum", _i32), ("round_mul", _i32)]
+
+
+class SoftmaxParams(ctypes.Structure):
+    """Mirror of EdgeoscSoftmaxParams."""
+    _fields_ = [*[(n, _i32) for n in ("heads", "tokens", "d_head", "d_value")],
+                *[(f"zp_{n}", _i32) for n in ("q", "k", "v", "qk", "out")],
+                ("rq_qk", Requant), ("rq_out", Requant),
+                *[(n, _i32) for n in ("beta_multiplier", "beta_left_shift", "diff_min", "round_matmul")]]
+
+
+@lru_cache(maxsize=None)
+def library() -> ctypes.CDLL:
+    """The compiled cores, built on first use."""
+    lib = ctypes.CDLL(str(build_shared(CORE_SOURCES, "edgeosc_kernels")))
+    lib.edgeosc_oscillator_core_int8.argtypes = [ctypes.POINTER(OscParams)] + [_p8] * 6
+    lib.edgeosc_softmax_core_int8.argtypes = [ctypes.POINTER(SoftmaxParams)] + [_p8] * 5
+    for f in (lib.edgeosc_oscillator_core_int8, lib.edgeosc_softmax_core_int8):
+        f.restype = ctypes.c_int
+    lib.edgeosc_mbqm_mode.argtypes = [_i32, _i32, ctypes.c_int, ctypes.c_int]
+    lib.edgeosc_mbqm_mode.restype = _i32
+    lib.edgeosc_l2norm_row_int8.argtypes = [_p8, ctypes.c_int, _i32, _p8]
+    lib.edgeosc_softmax_row_int8.argtypes = [_p8, ctypes.c_int, _i32, _i32, _i32, _p8]
+    return lib
+
+
+def _ptr(a: np.ndarray):
+    return a.ctypes.data_as(_p8)
+
+
+def _int8(x, shape=None) -> np.ndarray:
+    a = np.ascontiguousarray(x, dtype=np.int8)
+    if shape is not None and a.shape != tuple(shape):
+        raise ValueError(f"expected shape {tuple(shape)}, got {a.shape}")
+    return a
+
+
+def _mode(name: str) -> int:
+    if name not in ROUNDING:
+        raise ValueError(f"the C kernels have no rounding mode {name!r} (they use no float): {sorted(ROUNDING)}")
+    return ROUNDING[name]
+
+
+def _rq(rq) -> Requant:
+    return Requant(rq[0], rq[1])
+
+
+def osc_params(p: R.OscQuant, heads: int, tokens: int, d_head: int, d_osc: int, d_value: int) -> tuple[OscParams, list]:
+    """EdgeoscOscParams from an integer_ref.OscQuant (plus the arrays it points into, to keep alive)."""
+    tables = [_int8(t, (256,)) for t in (p.table_w, p.table_c, p.table_inv)]
+    c = OscParams(heads, tokens, d_head, d_osc, d_value, *map(_ptr, tables),
+                  *[p.zp[n] for n in ("q", "k", "v", "r", "qk", "w", "h", "zr", "c", "sum", "inv", "a", "out")],
+                  p.ones, *[_rq(getattr(p, f"rq_{n}")) for n in ("qk", "h", "zr", "sum", "a", "out")],
+                  *map(_mode, p.rounding))
+    return c, tables
+
+
+def _heads(q, k, v, *more):
+    """int8 [H, T, *] arrays that agree on H and T (and k's last dim on q's)."""
+    q = _int8(q)
+    H, T, dh = q.shape
+    return [q, _int8(k, (H, T, dh))] + [_int8(x, (H, T, np.shape(x)[-1])) for x in (v, *more)]
+
+
+def oscillator_core(p: R.OscQuant, q, k, v, r) -> np.ndarray:
+    """Runs edgeosc_oscillator_core_int8 on [H, T, *] int8 arrays: out [H, T, dv]."""
+    q, k, v, r = _heads(q, k, v, r)
+    (H, T, dh), dv, dr = q.shape, v.shape[-1], r.shape[-1]
+    c, _tables = osc_params(p, H, T, dh, dr, dv)  # _tables: keeps the pointed-to arrays alive
+    out = np.empty((H, T, dv), np.int8)
+    scratch = np.empty(T + 2 * dr, np.int8)  # EDGEOSC_OSC_SCRATCH_BYTES
+    if library().edgeosc_oscillator_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, r, out, scratch))):
+        raise ValueError("edgeosc_oscillator_core_int8 rejected its parameters")
+    return out
+
+
+def softmax_core(p: R.SoftmaxQuant, q, k, v) -> np.ndarray:
+    """Runs edgeosc_softmax_core_int8 on [H, T, *] int8 arrays: out [H, T, dv]."""
+    q, k, v = _heads(q, k, v)
+    (H, T, dh), dv, z = q.shape, v.shape[-1], p.zp
+    c = SoftmaxParams(H, T, dh, dv, z["q"], z["k"], z["v"], z["qk"], z["out"], _rq(p.rq_qk), _rq(p.rq_out),
+                      p.beta_multiplier, p.beta_left_shift, p.diff_min, _mode(p.rounding))
+    out = np.empty((H, T, dv), np.int8)
+    scratch = np.empty(T, np.int8)
+    if library().edgeosc_softmax_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, out, scratch))):
+        raise ValueError("edgeosc_softmax_core_int8 rejected its parameters")
+    return out
+
+
+def mbqm(x, multiplier: int, shift: int, mode: str = "away") -> np.ndarray:
+    """edgeosc_mbqm_mode elementwise (for tests)."""
+    f, m = library().edgeosc_mbqm_mode, ROUNDING[mode]
+    return np.array([f(int(xi), multiplier, shift, m) for xi in np.ravel(x)], np.int64).reshape(np.shape(x))
+
+
+def rows(fn: str, x, *args) -> np.ndarray:
+    """Applies edgeosc_l2norm_row_int8 / edgeosc_softmax_row_int8 to every last-axis row (for tests)."""
+    x = _int8(x)
+    flat = x.reshape(-1, x.shape[-1])
+    out = np.empty_like(flat)
+    f = getattr(library(), f"edgeosc_{fn}_row_int8")
+    for i in range(flat.shape[0]):
+        f(_ptr(flat[i]), flat.shape[1], *args, _ptr(out[i]))
+    return out.reshape(x.shape)

@@ -1,0 +1,123 @@
+/* Int8 TFLite builtin ops as TFLite Micro's reference kernels compute them (portable C99, no float).
+ *
+ * One function per op kind the int8 exporter writes (edgeosc/export/tflite.py). Parameters are
+ * computed at generation time (edgeosc/export/firmware.py) exactly as each kernel's Prepare does, so
+ * the outputs are bit-exact with TFLite Micro. No allocation: callers pass every buffer.
+ * Requantization is TFLite's double rounding (EDGEOSC_ROUND_AWAY), the rounding TFLite Micro builds use.
+ */
+#ifndef EDGEOSC_OPS_H_
+#define EDGEOSC_OPS_H_
+
+#include <stdint.h>
+
+#include "edgeosc_fixedpoint.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-channel requantization: entry c of multiplier/shift, or entry 0 for all when per_channel == 0. */
+typedef struct {
+  const int32_t *multiplier, *shift;
+  int32_t per_channel;
+} EdgeoscChannelRequant;
+
+/* CONV_2D on one NHWC image with OHWI weights (batch 1). Taps outside the image are skipped, as
+ * TFLite's reference kernel does (the same as padding with the input zero point). */
+typedef struct {
+  int32_t in_h, in_w, in_c, out_h, out_w, out_c, k_h, k_w;
+  int32_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+  int32_t zp_in, zp_out, act_min, act_max;
+  const int8_t *weights;
+  const int32_t *bias; /* [out_c] or NULL */
+  EdgeoscChannelRequant rq;
+} EdgeoscConvParams;
+
+void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out);
+
+/* FULLY_CONNECTED: in [rows, depth] x weights [units, depth] (zero point 0) -> out [rows, units]. */
+typedef struct {
+  int32_t rows, depth, units;
+  int32_t zp_in, zp_out, act_min, act_max;
+  const int8_t *weights;
+  const int32_t *bias; /* [units] or NULL */
+  EdgeoscChannelRequant rq;
+} EdgeoscFcParams;
+
+void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out);
+
+/* Sum pooling over the rows of in [rows, cols] -> out [cols]: what TRANSPOSE to [cols, rows] followed by
+ * a FULLY_CONNECTED with one weight value on every row computes (the exporter's mean over time), without
+ * the transpose or the weight matrix: acc = weight * sum(in - zp_in). */
+typedef struct {
+  int32_t rows, cols;
+  int32_t zp_in, weight, zp_out, act_min, act_max;
+  EdgeoscRequant rq;
+} EdgeoscPoolParams;
+
+void edgeosc_sum_pool_int8(const EdgeoscPoolParams *p, const int8_t *in, int8_t *out);
+
+/* Broadcasting over up to 4 dims: the output shape and each input's element stride per output dim
+ * (0 where that input broadcasts). */
+typedef struct {
+  int32_t dims[4];
+  int32_t stride_a[4], stride_b[4];
+} EdgeoscBroadcast;
+
+/* ADD / SUB: both inputs scaled to a common 2^left_shift grid, summed (or subtracted), requantized. */
+typedef struct {
+  EdgeoscBroadcast shape;
+  int32_t zp_a, zp_b, zp_out, act_min, act_max;
+  int32_t left_shift, subtract;
+  EdgeoscRequant rq_a, rq_b, rq_out;
+} EdgeoscAddParams;
+
+void edgeosc_add_int8(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out);
+
+/* MUL: (a - zp_a) (b - zp_b) requantized. */
+typedef struct {
+  EdgeoscBroadcast shape;
+  int32_t zp_a, zp_b, zp_out, act_min, act_max;
+  EdgeoscRequant rq;
+} EdgeoscMulParams;
+
+void edgeosc_mul_int8(const EdgeoscMulParams *p, const int8_t *a, const int8_t *b, int8_t *out);
+
+/* BATCH_MATMUL: a [batch_a, rows, depth] x b [batch_b, depth, cols] (or [batch_b, cols, depth] when
+ * adj_y) -> out [batch, rows, cols]; a batch of 1 broadcasts. */
+typedef struct {
+  int32_t batch, batch_a, batch_b, rows, depth, cols, adj_y;
+  int32_t zp_a, zp_b, zp_out;
+  EdgeoscRequant rq;
+} EdgeoscBatchMatmulParams;
+
+void edgeosc_batch_matmul_int8(const EdgeoscBatchMatmulParams *p, const int8_t *a, const int8_t *b,
+                               int8_t *out);
+
+/** L2_NORMALIZATION of rows x depth values (output 1/128, zero point 0). */
+void edgeosc_l2norm_int8(int32_t rows, int32_t depth, int32_t zero_point, const int8_t *in,
+                         int8_t *out);
+
+/** SOFTMAX of rows x depth values (output 1/256, -128), exps from a table (edgeosc_attention.h). */
+void edgeosc_softmax_int8(int32_t rows, int32_t depth, const int32_t *exp_lut, const int8_t *in,
+                          int8_t *out);
+
+/** out[i] = table[in[i] + 128]: a CAST, ADD 128, GATHER chain. */
+void edgeosc_lut_int8(int32_t n, const int8_t *table, const int8_t *in, int8_t *out);
+
+/* TRANSPOSE of up to 4 dims: out dim i is in dim perm[i]; in_strides are the input's element strides. */
+typedef struct {
+  int32_t out_dims[4];
+  int32_t in_strides[4]; /* already permuted: the input stride of output dim i */
+} EdgeoscTransposeParams;
+
+void edgeosc_transpose_int8(const EdgeoscTransposeParams *p, const int8_t *in, int8_t *out);
+
+/** Copies n bytes (no libc in the firmware path). */
+void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EDGEOSC_OPS_H_ */
