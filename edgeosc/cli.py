@@ -294,16 +294,20 @@ def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
 
 @main.command("export")
 @click.argument("source", type=click.Path())
-@click.option("--format", "target", type=click.Choice(["onnx"]), default="onnx", show_default=True)
+@click.option("--format", "target", type=click.Choice(["onnx", "tflite"]), default="onnx", show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Export folder (default <run folder>/export-<format>).")
-@click.option("--opset", type=int, default=ExportConfig.opset, show_default=True)
+@click.option("--opset", type=int, default=ExportConfig.opset, show_default=True, help="ONNX opset.")
 @friendly_errors
 def export_cmd(source, target, out, opset):
     """Export SOURCE (a run folder's best.pt, or a checkpoint) as model files with a manifest.
 
     ONNX: float.onnx, int8_qcdq.onnx (QAT/PTQ checkpoints) and, for oscillator networks, *_op.onnx with
     the core as one ai.edgeosc::OscillatorAttention node (export/oscillator_attention.md).
+
+    TFLite: float.tflite, int8.tflite (QAT/PTQ checkpoints; full-integer, builtin ops, the QAT scales) and,
+    for oscillator networks, int8_custom.tflite with the core as one EdgeOscAttention custom op
+    (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter.
     """
     from .export import MANIFEST, export_checkpoint
     folder = export_checkpoint(source, out, target, ExportConfig(opset=opset))
@@ -320,8 +324,9 @@ def export_cmd(source, target, out, opset):
 @click.option("--json", "as_json", is_flag=True)
 @friendly_errors
 def export_bench(oscillator, softmax, runs, threads, as_json):
-    """onnxruntime latency, batch 1: OSCILLATOR vs SOFTMAX exports (run or export folders), with the ratio."""
-    from .bench.onnx_latency import compare
+    """Latency at batch 1 of OSCILLATOR vs SOFTMAX exports (run or export folders) on every installed
+    runtime (onnxruntime for .onnx; ai-edge-litert, tflite-runtime, tflite-micro for .tflite), interleaved, as ratios."""
+    from .bench.latency import compare
     rows = compare(oscillator, softmax, runs, threads, echo=(lambda *_: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(rows, indent=1))

@@ -12,12 +12,11 @@ Presets (bit width, granularity, scaling):
 The QAT graph simulates the integer graph of export/tflite.py: every tensor that graph holds in int8 is
 quantized here, once, at a named point (attention.QUANT_POINTS / LAYER_POINTS, kws.MODEL_POINTS /
 BLOCK_POINTS, IntegerLayerNorm.POINTS), so the two differ only by rounding. In particular:
-  - an elementwise map from a quantized input to a quantized output (the positive map, (1 + zr)^p, 1/csum,
-    LayerNorm's 1/sqrt(var + eps)) is exactly a 256-entry table: the int8 graph looks it up (GATHER);
-  - r, wn and z are TFLite L2_NORMALIZATION outputs: fixed scale 1/128; the softmax weights are TFLite
+  - an elementwise map from a quantized input to a quantized output (the positive map, (1 + zr)^p, 1/csum)
+    is exactly a 256-entry table: the int8 graph looks it up (GATHER);
+  - r, wn, z and LayerNorm's output are TFLite L2_NORMALIZATION outputs: fixed scale 1/128; the softmax weights are TFLite
     SOFTMAX's output: fixed scale 1/256;
-  - LayerNorm is computed step by step (mean, centre, square, variance, table, product) with its affine
-    folded into the Linear layers that read it;
+  - LayerNorm is mean, centre and L2_NORMALIZATION (IntegerLayerNorm), its affine folded into its readers (fold_norms);
   - a Linear reads its input through the quantizer of the point that produced it (shared, so the second
     pass is exact) and keeps its output float until the next point (the int32 accumulator).
 Kuramoto networks: only their Linear/Conv1d layers, input and logits (no integer form of the phase maths).
@@ -25,6 +24,7 @@ Kuramoto networks: only their Linear/Conv1d layers, input and logits (no integer
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +43,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
 
 from .config import QUANT_PRESETS, ModelConfig, QuantConfig, to_dict
 from .io import sha256_file
-from .models.attention import LAYER_POINTS, QUANT_POINTS, OscillatorAttention, SoftmaxAttention
+from .models.attention import LAYER_POINTS, QUANT_POINTS, OscillatorAttention, SoftmaxAttention, unit
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
 
@@ -88,9 +88,8 @@ class Preset:
 PRESETS = {"int8": Preset(Int8WeightPerChannelFloat, Int8ActLogScale, Uint8ActLogScale, Int32Bias),
            "w4a8": Preset(Int4WeightPerChannelFloat, Int8ActLogScale, Uint8ActLogScale, Int32Bias)}
 assert tuple(PRESETS) == QUANT_PRESETS
-# >= 0 by construction: positive map, shifted cosines and their sum, reciprocal, readout; the ReLU output;
-# LayerNorm's square, variance and 1/sqrt
-NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden", "square", "var", "rstd"}
+# >= 0 by construction: positive map, shifted cosines and their sum, reciprocal, readout; the ReLU output
+NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden"}
 FIXED = {"oscillator": {"r": UnitVector, "wn": UnitVector, "z": UnitVector}, "softmax": {"a": Probability}}
 INPUT_LAYERS = {"to_phase"}  # Kuramoto: the layer reading the features (QATModel.input_quant's output)
 
@@ -114,20 +113,24 @@ class QuantPoints(nn.Module):
 
 
 class IntegerLayerNorm(nn.Module):
-    """LayerNorm as the int8 graph computes it, each step quantized; the affine is folded into the readers."""
+    """LayerNorm as the int8 graph computes it: mean, centre, then L2_NORMALIZATION's unit vector.
 
-    POINTS = ("mean", "center", "square", "var", "rstd", "norm")
+    (x - m) / sqrt(var + eps) = sqrt(d) (x - m) / ||x - m|| up to eps, and TFLite's L2_NORMALIZATION takes
+    ||.|| in int32 with a fixed-point inverse square root, exactly and alike in every runtime: an int8
+    variance and a 1/sqrt table instead amplify one LSB of a small variance into tens of LSBs out.
+    sqrt(d) and the affine live in the Linear layers reading it (fold_norms); eps matters only for constant x.
+    """
 
-    def __init__(self, eps: float, preset: Preset):
+    POINTS = ("mean", "center", "norm")
+
+    def __init__(self, preset: Preset):
         super().__init__()
-        self.eps, self.quant = eps, QuantPoints(self.POINTS, preset)
+        self.quant = QuantPoints(self.POINTS, preset, {"norm": UnitVector})
 
-    def forward(self, x: Tensor) -> Tensor:  # [..., d]
+    def forward(self, x: Tensor) -> Tensor:  # [..., d] -> unit vectors [..., d]
         q = self.quant
-        mean = q("mean", x.mean(-1, keepdim=True))
-        centered = q("center", x - mean)
-        var = q("var", q("square", centered.square()).mean(-1, keepdim=True))
-        return q("norm", centered * q("rstd", (var + self.eps).rsqrt()))
+        centered = q("center", x - q("mean", x.mean(-1, keepdim=True)))
+        return q("norm", unit(centered, 1e-6))
 
 
 class QATModel(nn.Module):
@@ -165,15 +168,29 @@ def _quant_layer(layer: nn.Module, preset: Preset, input_quant=None, output_quan
 
 
 @torch.no_grad()
-def _fold(norm: nn.LayerNorm, *readers: nn.Linear) -> None:
-    """Fold a LayerNorm's affine into the Linear layers reading it: W (g n + b0) + b = (W g) n + (W b0 + b)."""
-    for layer in readers:
-        layer.bias.add_(layer.weight @ norm.bias)
-        layer.weight.mul_(norm.weight)
+def fold_norms(net: KWSTransformer) -> KWSTransformer:
+    """Make every LayerNorm give unit vectors, its affine and sqrt(d) moved into the Linear layers reading it.
+
+    W (g sqrt(d) u + b0) + b = (W g sqrt(d)) u + (W b0 + b), u = n / sqrt(d): the same function, in place.
+    """
+    def fold(norm: nn.LayerNorm, *readers: nn.Linear) -> None:
+        for layer in readers:
+            layer.bias.add_(layer.weight @ norm.bias)
+            layer.weight.mul_(norm.weight * math.sqrt(norm.normalized_shape[-1]))
+        norm.weight.fill_(1 / math.sqrt(norm.normalized_shape[-1]))
+        norm.bias.zero_()
+
+    for block in net.blocks:
+        anchor = getattr(block.attn, "anchor", None)
+        fold(block.norm1, block.attn.qkv, *([anchor] if anchor is not None else []))
+        fold(block.norm2, block.ff[0])
+    fold(net.norm, net.head)  # the mean over time commutes with the affine
+    return net
 
 
 def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
     """Points everywhere the int8 graph holds a tensor; Linear inputs share their producer's quantizer."""
+    fold_norms(net)
     net.quant = QuantPoints(MODEL_POINTS, preset)
     net.stem = _quant_layer(net.stem, preset, output_quant=preset.act)  # input: QATModel.input_quant
     for block in net.blocks:
@@ -182,9 +199,7 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
         if kind == "oscillator" and attn.factorized:
             raise ValueError("QAT uses the direct oscillator form; the factorized core has no quantization points")
         readers = [attn.qkv] + ([attn.anchor] if getattr(attn, "anchor", None) is not None else [])
-        _fold(block.norm1, *readers)
-        _fold(block.norm2, block.ff[0])
-        block.norm1, block.norm2 = (IntegerLayerNorm(n.eps, preset) for n in (block.norm1, block.norm2))
+        block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
         names = QUANT_POINTS[kind] + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or len(readers) > 1)
         attn.quant = QuantPoints(names, preset, FIXED[kind])
         attn.qkv = _quant_layer(attn.qkv, preset, block.norm1.quant.proxy("norm"))
@@ -194,8 +209,7 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
         block.quant = QuantPoints(BLOCK_POINTS, preset)
         block.ff[0] = _quant_layer(block.ff[0], preset, block.norm2.quant.proxy("norm"))
         block.ff[2] = _quant_layer(block.ff[2], preset, block.quant.proxy("ff_hidden"))
-    _fold(net.norm, net.head)
-    net.norm = IntegerLayerNorm(net.norm.eps, preset)
+    net.norm = IntegerLayerNorm(preset)
     net.head = _quant_layer(net.head, preset, net.quant.proxy("pool"))
 
 
@@ -215,14 +229,18 @@ def quantize_model(model: nn.Module, quant_cfg: QuantConfig) -> QATModel:
 
 
 def float_model(model: QATModel) -> nn.Module:
-    """The float network holding a QAT model's (unquantized) weights; LayerNorm affines stay identity (folded)."""
+    """The float network holding a QAT model's (unquantized) weights, its LayerNorms folded (fold_norms)."""
     net = build_model(model.cfg)
     own = net.state_dict()
     missing = net.load_state_dict({k: v for k, v in model.net.state_dict().items() if k in own},
                                   strict=False).missing_keys
-    norms = {n for n, m in net.named_modules() if isinstance(m, nn.LayerNorm)}
+    norms = {n: m for n, m in net.named_modules() if isinstance(m, nn.LayerNorm)}
     if any(k.rsplit(".", 1)[0] not in norms for k in missing):
         raise ValueError(f"the QAT model lacks weights of its float network: {missing}")
+    with torch.no_grad():
+        for norm in norms.values():  # as fold_norms leaves them
+            norm.weight.fill_(1 / math.sqrt(norm.normalized_shape[-1]))
+            norm.bias.zero_()
     return net.eval()
 
 

@@ -2,8 +2,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
-from edgeosc.config import DataConfig
+from edgeosc.config import DataConfig, FeatureConfig, ModelConfig, QuantConfig
 from edgeosc.data.clipset import ClipSet
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
@@ -36,3 +38,41 @@ def tones():
 @pytest.fixture
 def data_cfg():
     return DataConfig()
+
+
+def features(clips):
+    wave = torch.as_tensor(clips.audio, dtype=torch.float32) / 32768
+    from edgeosc.features import FeatureExtractor
+    return FeatureExtractor(FeatureConfig())(wave), torch.as_tensor(clips.labels)
+
+
+def fit(model, x, y, steps, lr):
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def trained():
+    """Oscillator and softmax KWS nets trained briefly on tones, then QAT-tuned; a held-out feature batch."""
+    from edgeosc.models.kws import build_model
+    from edgeosc.quant import calibrate, float_model, quantize_model
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: threads only contend with whatever else the machine runs
+    x, y = features(tone_clipset(n_per_class=12, seed=0))
+    held, _ = features(tone_clipset(n_per_class=40, seed=1))  # 120 clips no model has seen
+    out = {}
+    for kind in ("oscillator", "softmax"):
+        torch.manual_seed(0)
+        net = fit(build_model(ModelConfig(attention=kind, n_classes=3, dropout=0.0)), x, y, 30, 1e-2)
+        qat = quantize_model(net, QuantConfig())
+        calibrate(qat, [(x, y)], 1)
+        qat = fit(qat, x, y, 5, 1e-3)
+        out[kind] = dict(qat=qat, float=float_model(qat))
+    torch.set_num_threads(threads)
+    return out, held

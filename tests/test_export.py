@@ -2,21 +2,15 @@ import numpy as np
 import onnx
 import pytest
 import torch
-import torch.nn.functional as F
 from click.testing import CliRunner
 
-from edgeosc.bench.onnx_latency import compare
+from edgeosc.bench.latency import compare
 from edgeosc.cli import main
-from edgeosc.config import ExportConfig, FeatureConfig, ModelConfig, QuantConfig
+from edgeosc.config import ExportConfig
 from edgeosc.export import export
 from edgeosc.export.onnxrt import OnnxModelError, OnnxRunner, load_onnx
 from edgeosc.export.oscillator_op import DOMAIN, OP
-from edgeosc.features import FeatureExtractor
 from edgeosc.models.attention import QUANT_POINTS
-from edgeosc.models.kws import build_model
-from edgeosc.quant import calibrate, float_model, quantize_model
-
-from conftest import tone_clipset
 
 # Integer requantization in onnxruntime's int8 kernels rounds where fake quantization rounded a float that
 # differs in the last bits (other summation order, fused bias), so a value on a rounding tie can land one
@@ -26,40 +20,13 @@ from conftest import tone_clipset
 MEAN_LSB, MAX_LSB = 0.05, 4
 
 
-def features(clips):
-    wave = torch.as_tensor(clips.audio, dtype=torch.float32) / 32768
-    return FeatureExtractor(FeatureConfig())(wave), torch.as_tensor(clips.labels)
-
-
-def fit(model, x, y, steps, lr):
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    model.train()
-    for _ in range(steps):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Oscillator and softmax KWS nets trained briefly on tones, QAT-tuned, exported; a held-out batch."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only contend with whatever else the machine runs
-    x, y = features(tone_clipset(n_per_class=12, seed=0))
-    held, _ = features(tone_clipset(n_per_class=40, seed=1))  # 120 clips no model has seen
-    out = {}
-    for kind in ("oscillator", "softmax"):
-        torch.manual_seed(0)
-        net = fit(build_model(ModelConfig(attention=kind, n_classes=3, dropout=0.0)), x, y, 30, 1e-2)
-        qat = quantize_model(net, QuantConfig())
-        calibrate(qat, [(x, y)], 1)
-        qat = fit(qat, x, y, 5, 1e-3)
-        folder = export(qat, ExportConfig(), tmp_path_factory.mktemp(kind))
-        out[kind] = dict(qat=qat, float=float_model(qat), dir=folder)
-    yield out, held
-    torch.set_num_threads(threads)
+def runs(trained, tmp_path_factory):
+    """The briefly trained oscillator and softmax QAT nets (conftest.trained), exported to ONNX; a held-out batch."""
+    models, held = trained
+    out = {kind: dict(m, dir=export(m["qat"], ExportConfig(), tmp_path_factory.mktemp(kind)))
+           for kind, m in models.items()}
+    return out, held
 
 
 @pytest.mark.parametrize("kind", ["oscillator", "softmax"])
@@ -148,7 +115,8 @@ def test_bad_files_and_inputs_give_clear_errors(runs, tmp_path):
         load_onnx(tmp_path / "nan.onnx")
     with pytest.raises(OnnxModelError, match=r"good|float_op.onnx.*\(2, 40, 49\).*\[batch, 49, 40\]"):
         OnnxRunner(good)(held[:2].transpose(1, 2).numpy())
-    for folder, needle in ((tmp_path, "no ONNX export"), (tmp_path / "cut", "cut/float.onnx: not a readable")):
+    (tmp_path / "empty").mkdir()
+    for folder, needle in ((tmp_path / "empty", "no exported model"), (tmp_path / "cut", "cut/float.onnx: not a readable")):
         (tmp_path / "cut").mkdir(exist_ok=True)
         (tmp_path / "cut" / "float.onnx").write_bytes(good.read_bytes()[:5000])
         res = CliRunner().invoke(main, ["export-bench", str(folder), str(folder)])

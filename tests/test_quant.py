@@ -72,9 +72,10 @@ def test_calibration_sets_every_scale_and_survives_a_checkpoint():
     for name, m in qat.named_modules():
         if isinstance(m, QuantIdentity):
             point = name.rsplit(".", 1)[-1]
-            (constant if "attn" in name and point in fixed else learned).append(float(m.act_quant.scale()))
+            is_fixed = ("attn" in name and point in fixed) or point == "norm"
+            (constant if is_fixed else learned).append(float(m.act_quant.scale()))
     assert all(s > 0 for s in learned) and len(set(learned)) == len(learned)  # each calibrated on its own data
-    assert set(constant) == {1 / 128}  # r, wn, z: TFLite L2_NORMALIZATION's output scale
+    assert set(constant) == {1 / 128}  # r, wn, z, LayerNorm: TFLite L2_NORMALIZATION's output scale
     state = qat.state_dict()
     fresh = quantize_model(build_model(qat.cfg), QuantConfig())
     fresh.load_state_dict(state)  # strict: every calibrated scale has its key

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -9,9 +10,10 @@ from pathlib import Path
 from ..config import ExportConfig, to_dict
 from ..io import sha256_file, write_json
 
-TARGETS = {"onnx": "edgeosc.export.onnx"}
+TARGETS = {"onnx": "edgeosc.export.onnx", "tflite": "edgeosc.export.tflite"}
 MANIFEST = "manifest.json"
-TOOLS = ("edgeosc", "torch", "brevitas", "onnx", "onnxruntime", "onnxoptimizer", "numpy")
+TOOLS = ("edgeosc", "torch", "brevitas", "onnx", "onnxruntime", "onnxoptimizer", "numpy", "flatbuffers",
+         "tflite-runtime", "ai-edge-litert", "tflite-micro")
 
 
 def export(model, cfg: ExportConfig, out_dir: str | Path, target: str = "onnx") -> Path:
@@ -36,8 +38,8 @@ def export_checkpoint(source: str | Path, out_dir: str | Path | None = None, tar
     ckpt = load_checkpoint(path)
     out_dir = Path(out_dir or path.parent / f"export-{target}")
     if (out_dir / MANIFEST).is_file():  # an earlier export here: replace it, leave no stale model file
-        for old in out_dir.glob("*.onnx"):
-            old.unlink()
+        for name in json.loads((out_dir / MANIFEST).read_text()).get("files", {}):
+            (out_dir / Path(name).name).unlink(missing_ok=True)
         (out_dir / MANIFEST).unlink()
     export(ckpt.model.eval(), cfg, out_dir, target)
     files = sorted(p for p in out_dir.iterdir() if p.is_file() and p.name != MANIFEST and not p.name.startswith("."))

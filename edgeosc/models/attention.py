@@ -75,12 +75,20 @@ def oscillator_state(q: Tensor, k: Tensor, r: Tensor, *, eps: float = 1e-6, posi
     w = quant("w", coupling(qk, q.shape[-1], positive))  # [B,H,T,T] > 0
     # z depends only on the direction of each row of w r: unit rows of w keep |h| within [~1, sqrt(T)]
     # whatever the scores' magnitude, so 8 bits of h keep its direction (int8 graph: L2_NORMALIZATION)
-    wn = quant("wn", F.normalize(_masked_fill(w, mask, 0.0), dim=-1))
+    wn = quant("wn", unit(_masked_fill(w, mask, 0.0), eps))
     h = quant("h", wn @ r)  # [B,H,T,d_osc]
-    # sqrt(clamp(|h|^2, eps^2)) == max(|h|, eps) but with a zero (not NaN) gradient below eps:
-    # a degenerate h (|h| -> 0) gives z -> 0, i.e. a uniform readout, instead of an undefined direction.
-    norm = h.square().sum(-1, keepdim=True).clamp_min(eps * eps).sqrt()
-    return quant("z", h / norm)
+    # a degenerate h (|h| <= eps) gives z = 0, i.e. a uniform readout, instead of an undefined direction
+    return quant("z", unit(h, eps))
+
+
+def unit(x: Tensor, eps: float) -> Tensor:
+    """x / ||x|| over the last axis; 0 where ||x|| <= eps, with a zero gradient there (no direction to learn).
+
+    As TFLite's L2_NORMALIZATION in int8, where a quantized vector of zeros (a row of w below one step,
+    say) gives zeros; F.normalize's gradient there would be 1/eps.
+    """
+    sq = x.square().sum(-1, keepdim=True)
+    return torch.where(sq > eps * eps, x * sq.clamp_min(eps * eps).rsqrt(), torch.zeros_like(x))
 
 
 def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1, eps: float = 1e-6,
@@ -256,7 +264,7 @@ class OscillatorAttention(_Heads):
 
     def anchors_of(self, x: Tensor, k: Tensor) -> Tensor:
         raw = self.split(self.point("r_raw", self.anchor(x))) if self.anchor is not None else k[..., : self.d_osc]
-        return F.normalize(raw, dim=-1, eps=self.eps)  # [B,H,T,d_osc] unit anchors
+        return unit(raw, self.eps)  # [B,H,T,d_osc] unit anchors
 
     def core(self, q: Tensor, k: Tensor, v: Tensor, r: Tensor, mask: Tensor | None = None) -> Tensor:
         """The functional core with this layer's settings (the ONNX export emits it as one custom op)."""

@@ -1,0 +1,108 @@
+"""Latency of exported models on their runtimes, batch 1: warm-up, then runs interleaved across models.
+
+Torch-free (numpy plus the runtimes), so it also runs on a Raspberry Pi. Interleaving (model A, model B,
+model A, ...) exposes the models to the same machine noise, so their ratio is robust on busy hosts.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+ONNX_RUNTIME = "onnxruntime"
+
+
+@dataclass
+class Timed:
+    """One model on one runtime: a closure running one inference on a fixed input."""
+    path: Path
+    runtime: str
+    run: Callable[[], object]
+
+
+def runtimes_for(path: str | Path) -> list[str]:
+    """The installed runtimes that take this file (all TFLite interpreters for .tflite)."""
+    if Path(path).suffix == ".onnx":
+        return [ONNX_RUNTIME]
+    from .. import runtime
+    return runtime.available_interpreters()
+
+
+def prepare(path: str | Path, runtime_name: str, threads: int = 1) -> Timed:
+    path = Path(path)
+    if runtime_name == ONNX_RUNTIME:
+        from ..export.onnxrt import INPUT, OUTPUT, OnnxRunner
+        runner = OnnxRunner(path, optimize=True, threads=threads)
+        x = np.random.default_rng(0).standard_normal((1, *runner.shape[1:])).astype(np.float32)
+        return Timed(path, runtime_name, lambda: runner.session.run([OUTPUT], {INPUT: x}))
+    from .. import runtime
+    custom = None
+    if runtime.check_tflite(path)["custom_ops"]:
+        from ..export import tflite_op
+        custom = [tflite_op.register]
+    runner = runtime.load(path, runtime_name, custom_ops=custom, num_threads=threads)
+    x = runner.inputs[0].quantize(np.random.default_rng(0).standard_normal(runner.input_shape))
+    backend = runner._backend  # the bare invoke: no per-call conversion in the timed region
+    return Timed(path, runner.interpreter, lambda: backend.run([x]))
+
+
+def stats(ms: np.ndarray) -> dict:
+    return dict(min_ms=float(ms.min()), median_ms=float(np.median(ms)), p90_ms=float(np.percentile(ms, 90)),
+                p99_ms=float(np.percentile(ms, 99)), runs=int(len(ms)))
+
+
+def measure(models: list[Timed], runs: int = 200, warmup: int = 20) -> list[dict]:
+    """Latency statistics per model, its runs interleaved with the others'."""
+    for m in models:
+        for _ in range(warmup):
+            m.run()
+    times = np.empty((len(models), runs))
+    for i in range(runs):
+        for j, m in enumerate(models):
+            t0 = time.perf_counter()
+            m.run()
+            times[j, i] = time.perf_counter() - t0
+    return [dict(file=m.path.name, runtime=m.runtime, **stats(t * 1e3)) for m, t in zip(models, times)]
+
+
+def export_files(path: str | Path) -> list[Path]:
+    """Model files of an export folder, or of a run folder's export-onnx/ and export-tflite/."""
+    path = Path(path)
+    folders = [path] + [path / f"export-{t}" for t in ("onnx", "tflite")]
+    files = sorted(f for d in folders if d.is_dir() for f in d.iterdir() if f.suffix in (".onnx", ".tflite"))
+    if not files:
+        raise FileNotFoundError(f"{path}: no exported model here; run `edgeosc export {path}` first")
+    return files
+
+
+def baseline_name(name: str) -> str:
+    """The softmax counterpart of an oscillator file: the custom-op variants compare with the plain ones."""
+    return name.replace("_op.onnx", ".onnx").replace("_custom.tflite", ".tflite")
+
+
+def compare(oscillator: str | Path, softmax: str | Path, runs: int = 200, threads: int = 1,
+            echo=print) -> list[dict]:
+    """Each oscillator file against the softmax file of the same kind, on every runtime that takes both."""
+    soft = {f.name: f for f in export_files(softmax)}
+    rows = []
+    for f in export_files(oscillator):
+        base = soft.get(baseline_name(f.name))
+        if base is None:
+            continue
+        for rt in runtimes_for(f):
+            if rt == "tflite-micro" and "custom" in f.name:
+                continue  # TFLM takes custom kernels only when compiled in
+            osc, sm = measure([prepare(f, rt, threads), prepare(base, rt, threads)], runs)
+            rows.append(dict(file=f.name, softmax_file=base.name, runtime=rt, threads=threads, oscillator=osc,
+                             softmax=sm, ratio=osc["median_ms"] / sm["median_ms"]))
+    if not rows:
+        raise FileNotFoundError(f"{oscillator} and {softmax} have no model file of the same kind")
+    echo(f"batch 1, {threads} thread(s), median of {runs} interleaved runs (ms)")
+    echo(f"{'file':<20}{'runtime':<16}{'oscillator':>11}{'softmax':>10}{'ratio':>8}")
+    for r in rows:
+        echo(f"{r['file']:<20}{r['runtime']:<16}{r['oscillator']['median_ms']:>11.3f}"
+             f"{r['softmax']['median_ms']:>10.3f}{r['ratio']:>7.2f}x")
+    return rows

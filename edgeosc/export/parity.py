@@ -1,0 +1,62 @@
+"""Parity of exported .tflite files with the torch models they came from, in every installed interpreter.
+
+int8 deviations are counted in LSBs of the output scale (logits are int8); float ones in absolute logits.
+"""
+from __future__ import annotations
+
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import runtime
+
+
+def _run(path: Path, feats: np.ndarray, interpreter: str, xnnpack: bool = True, custom_ops=None) -> np.ndarray:
+    return runtime.load(path, interpreter, custom_ops=custom_ops, xnnpack=xnnpack).run(feats)
+
+
+def interpreters(xnnpack_variants: bool = True) -> list[tuple[str, bool]]:
+    """(interpreter, xnnpack) pairs to compare: ai-edge-litert with and without its default XNNPACK delegate
+    (which takes int8 ops and rounds as float32 like fake quantization), the others as they come."""
+    out = []
+    for name in runtime.available_interpreters():
+        out.append((name, True))
+        if name == "ai-edge-litert" and xnnpack_variants:
+            out.append((name, False))
+    return out
+
+
+def label(name: str, xnnpack: bool) -> str:
+    return name if xnnpack or name != "ai-edge-litert" else f"{name} (no XNNPACK)"
+
+
+@torch.no_grad()
+def float_parity(net: torch.nn.Module, path: str | Path, feats: np.ndarray) -> dict:
+    """Max |logit difference| of float.tflite against the float torch network, per interpreter."""
+    ref = net.eval()(torch.as_tensor(feats)).numpy()
+    return {label(n, x): float(np.abs(_run(Path(path), feats, n, x) - ref).max()) for n, x in interpreters(False)}
+
+
+@torch.no_grad()
+def int8_parity(qat: torch.nn.Module, path: str | Path, feats: np.ndarray) -> dict:
+    """int8.tflite against the QAT model (top-1 agreement, mean/max deviation in output LSBs) per
+    interpreter, and the largest deviation between any two interpreters."""
+    ref = qat.eval()(torch.as_tensor(feats)).numpy()
+    lsb = float(qat.output_quant.act_quant.scale())
+    outs = {label(n, x): _run(Path(path), feats, n, x) for n, x in interpreters()}
+    report = {name: dict(top1=float((y.argmax(-1) == ref.argmax(-1)).mean()),
+                         mean_lsb=float(np.abs(y - ref).mean() / lsb), max_lsb=float(np.abs(y - ref).max() / lsb))
+              for name, y in outs.items()}
+    pairs = {f"{a} vs {b}": float(np.abs(outs[a] - outs[b]).max() / lsb) for a, b in combinations(outs, 2)}
+    return dict(clips=len(feats), lsb=lsb, interpreters=report, between=pairs)
+
+
+def custom_parity(builtin: str | Path, custom: str | Path, feats: np.ndarray) -> float:
+    """Max deviation in output LSBs of int8_custom.tflite (registered kernel) from int8.tflite, in tflite-runtime."""
+    from . import tflite_op
+    a = runtime.load(builtin, "tflite-runtime")
+    b = runtime.load(custom, "tflite-runtime", custom_ops=[tflite_op.register])
+    x = a.inputs[0].quantize(feats)
+    return float(np.abs(a.run_raw(x).astype(np.int32) - b.run_raw(x).astype(np.int32)).max())

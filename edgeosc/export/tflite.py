@@ -1,0 +1,306 @@
+"""TFLite export of a KWS transformer, written op by op (tflite_builder.py) from the QAT model's own scales.
+
+Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; runtimes loop over a batch):
+  float.tflite         the float network (a QAT model's float weights), float32 builtin ops
+  int8.tflite          full-integer: int8 activations, int8 per-channel weights, int32 biases, int8 input
+                       and output; builtin ops only, chosen to run in tflite-runtime 2.14, ai-edge-litert
+                       and TFLite Micro (measured op by op, see tests/test_tflite_builder.py):
+                         Linear / Conv1d   FULLY_CONNECTED / CONV_2D (the LayerNorm affine folded in)
+                         LayerNorm         FULLY_CONNECTED with 1/d weights (mean), SUB, MUL, table, MUL
+                         a map y = f(x)    a 256-entry table: CAST to int32, ADD 128, GATHER
+                         ||.|| normalising L2_NORMALIZATION (r, the unit rows of w, z)
+                         sums over keys    FULLY_CONNECTED with unit weights (one exact int32 sum)
+                         softmax baseline  SOFTMAX
+  int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
+                       (export/edgeosc_attention_tflite.md); oscillator networks only.
+Every int8 tensor is one of the QAT model's quantization points (quant.py), so the files compute what
+QAT simulated, up to rounding: TFLite requantizes with a fixed-point multiplier (round half away from
+zero), Brevitas in float (round half to even).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..config import ExportConfig
+from ..io import atomic_path
+from ..models.attention import RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, reciprocal, \
+    shifted_power
+from ..models.kws import KWSTransformer
+from .tflite_builder import TFLiteBuilder, check_tflite
+
+FILES = ("float.tflite", "int8.tflite", "int8_custom.tflite")
+INPUT, OUTPUT = "features", "logits"
+CUSTOM_OP = "EdgeOscAttention"
+
+
+class Graph:
+    """Emits one KWS transformer into a TFLiteBuilder, in float or int8; one method per layer kind."""
+
+    def __init__(self, net: KWSTransformer, qat=None, custom_core: bool = False):
+        self.net, self.qat, self.custom_core = net, qat, custom_core
+        self.int8 = qat is not None
+        self.b = TFLiteBuilder()
+
+    # ---- quantization of a point -------------------------------------------------------------------
+    @staticmethod
+    def q(hook, name: str) -> tuple[float, int]:
+        """(scale, zero point) of a quantization point as int8: unsigned points sit at zero point -128."""
+        return _scale(hook.points[name])
+
+    def lut(self, s_in: float, zp_in: int, fn, hook, name: str) -> np.ndarray:
+        """The int8 table of y = fn(x) from an input point (s_in, zp_in) to point `name`, index x + 128."""
+        real = torch.tensor(s_in * (np.arange(-128, 128) - zp_in), dtype=torch.float32)
+        s, zp = self.q(hook, name)
+        with torch.no_grad():  # the QAT point itself rounds fn's output: the table is what QAT computed
+            y = hook.points[name](fn(real))
+        return np.clip(np.round(y.numpy().astype(np.float64) / s) + zp, -128, 127).astype(np.int8)
+
+    def table(self, x: int, fn, hook, name: str, label: str) -> int:
+        """y = fn(x) between two quantized points as a lookup: CAST, ADD 128, GATHER (exact in every runtime)."""
+        b = self.b
+        (s_in,), (zp_in,) = b.quant(x)
+        t = b.const(f"{label}/table", self.lut(s_in, zp_in, fn, hook, name), np.int8, *self.q(hook, name))
+        idx = b.cast(x, np.int32, name=f"{label}/index")
+        idx = b.add(idx, b.const(f"{label}/offset", np.array([128], np.int32)), name=f"{label}/index128")
+        return b.gather(t, idx, name=label)
+
+    def unit_sum(self, x: int, q, label: str, scale: float = 1.0) -> int:
+        """scale * sum over the last axis [..., n] -> [..., 1]: FULLY_CONNECTED with constant weights."""
+        n = self.b.shape(x)[-1]
+        if self.int8:
+            w = self.b.const(f"{label}/ones", np.full((1, n), 127, np.int8), np.int8, scale=scale / 127)
+        else:
+            w = self.b.const(f"{label}/ones", np.full((1, n), scale, np.float32))
+        return self.b.fully_connected(x, w, keep_num_dims=True, q=q, name=label)
+
+    # ---- layers --------------------------------------------------------------------------------------
+    def linear(self, x: int, layer: nn.Module, q=None, act=None, label="fc", rows=slice(None), fold=1.0) -> int:
+        """A (Quant)Linear on the last axis, or some of its output rows; `fold` scales rows (a score scale)."""
+        b = self.b
+        fold = torch.as_tensor(fold, dtype=torch.float32)
+        bias = (layer.bias[rows] * fold.reshape(-1)).detach().numpy()
+        if not self.int8:
+            w = b.const(f"{label}/weight", (layer.weight[rows] * fold).detach().numpy())
+            return b.fully_connected(x, w, b.const(f"{label}/bias", bias), keep_num_dims=True, act=act, name=label)
+        qw = layer.quant_weight()
+        ints = torch.round(qw.value / qw.scale)[rows].detach().numpy().astype(np.int8)
+        w_scale = (qw.scale[rows] * fold).reshape(-1).detach().numpy()  # int8 values unchanged by a row scale
+        w = b.const(f"{label}/weight", ints, np.int8, scale=w_scale, zero_point=0)
+        (s_in,), _ = b.quant(x)
+        return b.fully_connected(x, w, b.int32_bias(f"{label}/bias", bias, s_in, w_scale), keep_num_dims=True,
+                                 act=act, q=q, name=label)
+
+    def layer_norm(self, x: int, norm: nn.Module, label: str) -> int:
+        """Unit vectors (x - mean) / ||x - mean|| as quant.IntegerLayerNorm (sqrt(d), affine folded away)."""
+        b, d = self.b, self.b.shape(x)[-1]
+        q = (lambda n: self.q(norm.quant, n)) if self.int8 else (lambda n: None)
+        mean = self.unit_sum(x, q("mean"), f"{label}/mean", 1 / d)
+        return b.l2_normalization(b.sub(x, mean, q=q("center"), name=f"{label}/center"), name=f"{label}/norm")
+
+    def heads(self, x: int, heads: int, label: str) -> int:  # [1,T,H*d] -> [H,T,d]
+        t = self.b.shape(x)[1]
+        return self.b.transpose(self.b.reshape(x, [t, heads, -1], name=f"{label}/split"), [1, 0, 2],
+                                name=f"{label}/heads")
+
+    def attention(self, x: int, attn: nn.Module, label: str) -> int:
+        b, hook = self.b, attn.quant if self.int8 else None
+        q = (lambda n: self.q(hook, n)) if self.int8 else (lambda n: None)
+        d = attn.out.in_features
+        scale = attn.log_scale.detach().exp().reshape(-1).numpy()  # per head, folded into q's rows
+        fold = np.repeat(scale, attn.d_h)[:, None]
+        qh, kh, vh = (self.heads(self.linear(x, attn.qkv, q(n), label=f"{label}/{n}", rows=slice(i * d, (i + 1) * d),
+                                             fold=fold if n == "q" else 1.0), attn.heads, f"{label}/{n}")
+                      for i, n in enumerate("qkv"))
+        if isinstance(attn, SoftmaxAttention):
+            qk = b.batch_matmul(qh, kh, adj_y=True, q=q("qk"), name=f"{label}/qk")
+            a = b.softmax(qk, beta=1 / math.sqrt(attn.d_h), name=f"{label}/a")
+            out = b.batch_matmul(a, vh, q=q("out"), name=f"{label}/out")
+        else:
+            if attn.anchor is None:
+                raise ValueError("TFLite export needs projected anchors (anchors='projected')")
+            raw = self.heads(self.linear(x, attn.anchor, q("r_raw"), label=f"{label}/r_raw"), attn.heads,
+                             f"{label}/r_raw")
+            r = b.l2_normalization(raw, name=f"{label}/r")
+            out = (self.custom_oscillator_core if self.custom_core else self.oscillator_core)(qh, kh, vh, r, attn,
+                                                                                                label)
+        t = b.shape(out)[1]
+        merged = b.reshape(b.transpose(out, [1, 0, 2], name=f"{label}/merge"), [1, t, d], name=f"{label}/merged")
+        return self.linear(merged, attn.out, q("proj"), label=f"{label}/proj")
+
+    def oscillator_core(self, qh: int, kh: int, vh: int, r: int, attn: OscillatorAttention, label: str) -> int:
+        """The core of attention.oscillator_attention: z = h / ||h||, a = (1 + z.r)^p / sum, out = a v."""
+        b, hook = self.b, attn.quant
+        q = (lambda n: self.q(hook, n)) if self.int8 else (lambda n: None)
+        qk = b.batch_matmul(qh, kh, adj_y=True, q=q("qk"), name=f"{label}/qk")
+        if self.int8:
+            w = self.table(qk, lambda v: coupling(v, attn.d_h, attn.positive), hook, "w", f"{label}/w")
+        else:
+            w = self.float_positive(qk, attn, label)
+        wn = b.l2_normalization(w, name=f"{label}/wn")
+        h = b.batch_matmul(wn, r, q=q("h"), name=f"{label}/h")
+        z = b.l2_normalization(h, name=f"{label}/z")
+        zr = b.batch_matmul(z, r, adj_y=True, q=q("zr"), name=f"{label}/zr")
+        if self.int8:
+            c = self.table(zr, lambda v: shifted_power(v, attn.p), hook, "c", f"{label}/c")
+        else:
+            c = self.float_power(b.add(zr, b.const(f"{label}/one", np.ones(1, np.float32)), name=f"{label}/1+zr"),
+                                 attn.p, f"{label}/c")
+        csum = self.unit_sum(c, q("csum"), f"{label}/csum")
+        if self.int8:
+            a = b.mul(c, self.table(csum, reciprocal, hook, "inv", f"{label}/inv"), q=q("a"), name=f"{label}/a")
+        else:
+            a = b.div(c, csum, name=f"{label}/a")
+        return b.batch_matmul(a, vh, q=q("out"), name=f"{label}/out")
+
+    def custom_oscillator_core(self, qh, kh, vh, r, attn: OscillatorAttention, label: str) -> int:
+        from . import tflite_op
+        b, hook = self.b, attn.quant
+        out_scale, out_zp = self.q(hook, "out")
+        shape = b.shape(qh)[:2] + [b.shape(vh)[-1]]
+        out = b.tensor(f"{label}/out", shape, np.int8, scale=out_scale, zero_point=out_zp)
+        tables = {name: self.lut(*self.q(hook, source), fn, hook, name) for name, source, fn in (
+            ("w", "qk", lambda v: coupling(v, attn.d_h, attn.positive)),
+            ("c", "zr", lambda v: shifted_power(v, attn.p)), ("inv", "csum", reciprocal))}
+        points = {"qk": "qk", "w": "w", "h": "h", "zr": "zr", "c": "c", "sum": "csum", "inv": "inv", "a": "a"}
+        options = tflite_op.custom_options(
+            p=attn.p, eps=attn.eps, d_osc=attn.d_osc, positive=attn.positive, heads=attn.heads,
+            sum_op="fully_connected", ones=127, ones_scale=1 / 127,  # as unit_sum writes the sum over keys
+            rounding="tflite-runtime",  # the kernel reproduces tflite-runtime's builtin rounding bit for bit
+            **{f"{key}_{k}": v for key, n in points.items() for k, v in zip(("scale", "zero_point"), self.q(hook, n))},
+            **{f"table_{n}": t for n, t in tables.items()})
+        b.custom(CUSTOM_OP, [qh, kh, vh, r], [out], options)
+        return out
+
+    def float_positive(self, x: int, attn: OscillatorAttention, label: str) -> int:
+        """positive(x / sqrt(d_h)) in float ops (attention.POSITIVE)."""
+        b = self.b
+        x = b.mul(x, b.const(f"{label}/inv_sqrt_dh", np.array([1 / math.sqrt(attn.d_h)], np.float32)),
+                  name=f"{label}/scores")
+        if attn.positive == "relu2":
+            r = b.relu(x, name=f"{label}/relu")
+            return b.add(b.mul(r, r, name=f"{label}/relu_sq"), b.const(f"{label}/floor", np.array([RELU2_FLOOR],
+                         np.float32)), name=f"{label}/w")
+        neg = b.mul(x, b.const(f"{label}/minus1", np.array([-1.0], np.float32)), name=f"{label}/neg")
+        if attn.positive == "elu1":  # relu(x) + exp(-relu(-x)) = x + 1 for x > 0, exp(x) otherwise
+            e = b.exp(b.mul(b.relu(neg, name=f"{label}/relu_neg"), b.const(f"{label}/m1", np.array([-1.0],
+                      np.float32)), name=f"{label}/min0"), name=f"{label}/exp")
+            return b.add(b.relu(x, name=f"{label}/relu"), e, name=f"{label}/w")
+        # softplus, overflow-free: relu(x) + log(1 + exp(-|x|)), |x| = relu(x) + relu(-x)
+        absx = b.add(b.relu(x, name=f"{label}/relu"), b.relu(neg, name=f"{label}/relu_neg"), name=f"{label}/abs")
+        e = b.exp(b.mul(absx, b.const(f"{label}/m1", np.array([-1.0], np.float32)), name=f"{label}/nabs"),
+                  name=f"{label}/exp")
+        log = b.log(b.add(e, b.const(f"{label}/one_", np.ones(1, np.float32)), name=f"{label}/1+e"),
+                    name=f"{label}/log")
+        return b.add(b.relu(x, name=f"{label}/relu2"), log, name=f"{label}/w")
+
+    def float_power(self, x: int, p: int, label: str) -> int:
+        """x^p by repeated squaring (float MULs)."""
+        result, base, i = None, x, 0
+        while p:
+            if p & 1:
+                result = base if result is None else self.b.mul(result, base, name=f"{label}/pow{i}")
+            p >>= 1
+            if p:
+                base = self.b.mul(base, base, name=f"{label}/sq{i}")
+            i += 1
+        return result
+
+    # ---- the network -----------------------------------------------------------------------------
+    def build(self) -> bytes:
+        b, net, cfg = self.b, self.net, self.net.cfg
+        stem = net.stem
+        if self.int8:
+            s_in, _ = _scale(self.qat.input_quant)
+            x = b.input(INPUT, [1, cfg.n_frames, cfg.n_coeffs], np.int8, scale=s_in, zero_point=0)
+        else:
+            x = b.input(INPUT, [1, cfg.n_frames, cfg.n_coeffs])
+        x = self.conv1d(b.reshape(x, [1, 1, cfg.n_frames, cfg.n_coeffs], name="stem/nhwc"), stem)
+        x = b.reshape(x, [1, cfg.n_frames, -1], name="stem/tokens")
+        pos = net.pos.detach().numpy()[None]
+        if self.int8:
+            s, zp = self.q(net.quant, "pos")
+            x = b.add(x, b.int8_const("pos", pos, s, zp), q=self.q(net.quant, "embed"), name="embed")
+        else:
+            x = b.add(x, b.const("pos", pos.astype(np.float32)), name="embed")
+        for i, block in enumerate(net.blocks):
+            x = self.block(x, block, f"block{i}")
+        x = self.layer_norm(x, net.norm, "norm")  # [1,T,d]
+        x = b.transpose(x, [0, 2, 1], name="pool/time_last")
+        x = self.unit_sum(x, self.q(net.quant, "pool") if self.int8 else None, "pool", 1 / cfg.n_frames)
+        x = b.reshape(x, [1, -1], name="pool/flat")
+        logits = self.linear(x, net.head, _scale(self.qat.output_quant) if self.int8 else None, label=OUTPUT)
+        b.tensors[logits].name = OUTPUT
+        b.mark_output(logits)
+        return b.to_bytes()
+
+    def conv1d(self, x: int, conv: nn.Module) -> int:
+        """Conv1d(k, padding k//2) over time as CONV_2D on [1, 1, T, C] (OHWI weights)."""
+        b = self.b
+        if conv.padding[0] != conv.kernel_size[0] // 2 or conv.stride[0] != 1:
+            raise ValueError("the stem must be a stride-1 'same' Conv1d")
+        if not self.int8:
+            w = conv.weight.detach().numpy().transpose(0, 2, 1)[:, None]
+            return b.conv_2d(x, b.const("stem/weight", w.astype(np.float32)),
+                             b.const("stem/bias", conv.bias.detach().numpy().astype(np.float32)), name="stem")
+        qw = conv.quant_weight()
+        w_scale = qw.scale.detach().reshape(-1).numpy().astype(np.float32)
+        ints = torch.round(qw.value / qw.scale).detach().numpy().astype(np.int8).transpose(0, 2, 1)[:, None]
+        w = b.const("stem/weight", np.ascontiguousarray(ints), np.int8, scale=w_scale, zero_point=0,
+                    quantized_dimension=0)
+        (s_in,), _ = b.quant(x)
+        bias = b.int32_bias("stem/bias", conv.bias.detach().numpy(), s_in, w_scale)
+        return b.conv_2d(x, w, bias, q=_scale(conv.output_quant), name="stem")
+
+    def block(self, x: int, block: nn.Module, label: str) -> int:
+        b = self.b
+        q = (lambda n: self.q(block.quant, n)) if self.int8 else (lambda n: None)
+        attn = self.attention(self.layer_norm(x, block.norm1, f"{label}/norm1"), block.attn, f"{label}/attn")
+        x = b.add(x, attn, q=q("res1"), name=f"{label}/res1")
+        n = self.layer_norm(x, block.norm2, f"{label}/norm2")
+        hidden = self.linear(n, block.ff[0], q("ff_hidden"), act="relu", label=f"{label}/ff_hidden")
+        return b.add(x, self.linear(hidden, block.ff[2], q("ff_out"), label=f"{label}/ff_out"), q=q("res2"),
+                     name=f"{label}/res2")
+
+
+def _scale(quantizer) -> tuple[float, int]:
+    """(scale, zero point as int8) of a QuantIdentity or an activation quantizer proxy."""
+    aq = getattr(quantizer, "act_quant", quantizer)
+    return float(aq.scale()), 0 if aq.is_signed else -128
+
+
+def _networks(model: nn.Module) -> tuple[KWSTransformer, object]:
+    from ..quant import float_model, fold_norms
+    qat = model if hasattr(model, "quant_cfg") else None
+    net = float_model(qat) if qat is not None else fold_norms(copy.deepcopy(model))
+    if not isinstance(net, KWSTransformer):
+        raise ValueError(f"TFLite export takes oscillator/softmax transformers, not {type(net).__name__}")
+    return net.eval(), qat
+
+
+def _save(data: bytes, path: Path) -> Path:
+    check_tflite(data, name=str(path))
+    with atomic_path(path) as tmp:
+        Path(tmp).write_bytes(data)
+    return path
+
+
+def export(model: nn.Module, cfg: ExportConfig, out_dir: str | Path) -> Path:
+    """Write the .tflite files of a float or QAT model (see FILES) into out_dir; returns out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    net, qat = _networks(model)
+    with torch.no_grad():
+        _save(Graph(net).build(), out_dir / "float.tflite")
+        if qat is None:
+            return out_dir
+        qat.eval()
+        _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
+        if any(isinstance(m, OscillatorAttention) for m in qat.modules()):
+            _save(Graph(qat.net, qat, custom_core=True).build(), out_dir / "int8_custom.tflite")
+    return out_dir

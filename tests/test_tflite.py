@@ -1,0 +1,129 @@
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from edgeosc import runtime
+from edgeosc.cli import main
+from edgeosc.config import ExportConfig
+from edgeosc.export import export
+from edgeosc.export.parity import custom_parity, float_parity, int8_parity
+from edgeosc.export.tflite import CUSTOM_OP, FILES
+from edgeosc.export.tflite_builder import TYPE_NAMES, ModelFileError, check_tflite, schema
+
+INTERPRETERS = ("ai-edge-litert", "tflite-runtime", "tflite-micro")
+pytestmark = pytest.mark.skipif(any(i not in runtime.available_interpreters() for i in INTERPRETERS),
+                                reason="needs all three TFLite interpreters (pip install -e '.[test]')")
+# int8.tflite vs the QAT model, in output LSBs. ai-edge-litert's default XNNPACK delegate requantizes in
+# float32 with round-half-to-even like Brevitas' fake quantization: it matches QAT (all but the odd tie).
+# tflite-runtime and TFLite Micro requantize with TFLite's fixed-point multiplier, rounding twice (to 31 bits,
+# then the shift, ties away from zero); a value within that rounding of a tie lands one step away, and a
+# step of zr or csum moves the (1 + zr)^p and 1/csum tables by a few steps: a mean under one LSB, rare
+# larger outliers.
+MEAN_LSB, MAX_LSB, BETWEEN_LSB = 1.0, 12, 12
+
+
+@pytest.fixture(scope="module")
+def files(trained, tmp_path_factory):
+    models, held = trained
+    out = {kind: dict(m, dir=export(m["qat"], ExportConfig(), tmp_path_factory.mktemp(kind), "tflite"))
+           for kind, m in models.items()}
+    return out, held.numpy()
+
+
+def tensors(path) -> list[tuple[str, str, list]]:
+    """(name, type, scales) of every tensor, read with the schema."""
+    model = schema.ModelT.InitFromPackedBuf(bytearray(path.read_bytes()), 0)
+    return [(t.name.decode(), TYPE_NAMES[t.type], list(t.quantization.scale) if t.quantization is not None and
+             t.quantization.scale is not None else []) for t in model.subgraphs[0].tensors]
+
+
+@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+def test_files_pass_the_structural_check(files, kind):
+    files, _ = files
+    folder = files[kind]["dir"]
+    names = sorted(p.name for p in folder.glob("*.tflite"))
+    assert names == sorted(FILES if kind == "oscillator" else FILES[:2])
+    for name in names:
+        info = check_tflite(folder / name)
+        (inp,), (out,) = info["subgraphs"][0]["inputs"], info["subgraphs"][0]["outputs"]
+        assert inp["shape"] == [1, 49, 40] and out["shape"] == [1, 3]
+        ts = tensors(folder / name)
+        if name == "float.tflite":
+            assert {t for _, t, _ in ts} <= {"FLOAT32", "INT32"} and not info["custom_ops"]
+            continue
+        assert inp["dtype"] == out["dtype"] == "int8" and inp["scale"] and out["scale"]
+        assert all(scales for _, t, scales in ts if t == "INT8")  # quantization on every int8 tensor
+        biases = [scales for n, t, scales in ts if t == "INT32" and n.endswith("/bias")]
+        assert biases and all(biases)  # int32 biases with their scales
+        ops = set(info["builtin_ops"])
+        if name == "int8_custom.tflite":
+            assert info["custom_ops"] == [CUSTOM_OP] and "L2_NORMALIZATION" in ops  # anchors and LayerNorm
+        else:
+            assert not info["custom_ops"]
+            assert ("SOFTMAX" in ops) == (kind == "softmax")
+            assert ops <= {"RESHAPE", "TRANSPOSE", "CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
+                           "L2_NORMALIZATION", "BATCH_MATMUL", "CAST", "GATHER", "SOFTMAX"}, ops
+
+
+@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+def test_float_tflite_matches_the_float_model_in_every_interpreter(files, kind):
+    files, held = files
+    report = float_parity(files[kind]["float"], files[kind]["dir"] / "float.tflite", held[:16])
+    assert set(report) >= set(INTERPRETERS)
+    assert max(report.values()) <= 1e-4, report
+
+
+@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+def test_int8_tflite_matches_qat_in_every_interpreter(files, kind):
+    files, held = files
+    report = int8_parity(files[kind]["qat"], files[kind]["dir"] / "int8.tflite", held)
+    per = report["interpreters"]
+    assert set(per) >= set(INTERPRETERS)
+    for name, r in per.items():
+        assert r["top1"] >= 0.99 and r["mean_lsb"] <= MEAN_LSB and r["max_lsb"] <= MAX_LSB, (name, report)
+    assert per["ai-edge-litert"]["mean_lsb"] <= 0.05, report  # float32 requantization, as QAT
+    assert max(report["between"].values()) <= BETWEEN_LSB, report
+
+
+def test_custom_op_kernel_matches_the_builtin_graph(files):
+    files, held = files
+    folder = files["oscillator"]["dir"]
+    assert custom_parity(folder / "int8.tflite", folder / "int8_custom.tflite", held) <= 1
+
+
+def test_malformed_files_give_clear_errors(files, tmp_path):
+    files, held = files
+    good = (files["oscillator"]["dir"] / "int8.tflite").read_bytes()
+    for name, data in (("empty.tflite", b""), ("cut.tflite", good[: len(good) // 3]),
+                       ("junk.tflite", bytes(np.random.default_rng(0).integers(0, 256, 4096, np.uint8)))):
+        (tmp_path / name).write_bytes(data)
+        for interp in INTERPRETERS:
+            with pytest.raises(ModelFileError, match=name):
+                runtime.load(tmp_path / name, interp)
+    with pytest.raises(runtime.InterpreterUnavailable, match="custom op"):
+        runtime.load(files["oscillator"]["dir"] / "int8_custom.tflite", "tflite-micro")
+
+
+def test_export_command_writes_tflite_with_a_manifest(tmp_path, tones, data_cfg, monkeypatch):
+    from edgeosc.config import FeatureConfig, ModelConfig, TrainConfig
+    from edgeosc.train import train
+    train(tones, tmp_path / "float", model_cfg=ModelConfig(size="small"), feature_cfg=FeatureConfig(),
+          train_cfg=TrainConfig(epochs=1, batch_size=8, lr=1e-2), data_cfg=data_cfg, progress=False)
+    res = CliRunner().invoke(main, ["export", str(tmp_path / "float"), "--format", "tflite"])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "float" / "export-tflite" / "manifest.json").read_text())
+    assert list(manifest["files"]) == ["float.tflite"] and manifest["target"] == "tflite"
+    assert manifest["tools"]["tflite-runtime"] and "float.tflite" in res.output
+
+
+def test_latency_compare_covers_every_interpreter(files):
+    from edgeosc.bench.latency import compare
+    files, _ = files
+    lines = []
+    rows = compare(files["oscillator"]["dir"], files["softmax"]["dir"], runs=3, echo=lines.append)
+    got = {(r["file"], r["runtime"]) for r in rows}
+    assert {(f, i) for f in ("float.tflite", "int8.tflite") for i in INTERPRETERS} <= got
+    assert ("int8_custom.tflite", "tflite-runtime") in got  # against the softmax int8.tflite
+    assert all(r["oscillator"]["median_ms"] > 0 and r["ratio"] > 0 for r in rows) and "ratio" in lines[1]
