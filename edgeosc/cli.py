@@ -17,12 +17,10 @@ def friendly_errors(fn):
     """Known user-facing problems become one line on stderr and exit status 1, never a traceback."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from .data.audio import AudioError
-        from .data.clipset import DataError
-        from .train import CheckpointError
+        from .runtime import InterpreterUnavailable  # torch-free: `edgeosc bench` runs without torch
         try:
             return fn(*args, **kwargs)
-        except (DataError, CheckpointError, AudioError, ValueError, FileNotFoundError) as e:
+        except (ValueError, FileNotFoundError, InterpreterUnavailable) as e:  # bad data, checkpoints, model files
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
             raise click.ClickException("interrupted; rerun with --resume to continue from the last epoch") from None
@@ -187,21 +185,34 @@ def train(cache_dir, attention, size, d_osc, p, positive, n_mfcc, normalize, epo
 @data_options
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--interpreter", type=click.Choice(["ai-edge-litert", "tflite-runtime", "tflite-micro"]), default=None,
+              help="For a .tflite: the interpreter (default: the first installed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @friendly_errors
-def eval_cmd(checkpoint, cache_dir, split, device, as_json, **data_kw):
-    """Evaluate CHECKPOINT on a split of its own dataset (or of --dataset/--data-dir when given)."""
+def eval_cmd(checkpoint, cache_dir, split, device, interpreter, as_json, **data_kw):
+    """Evaluate CHECKPOINT (a .pt, or an exported .tflite beside its manifest.json) on a split of its own
+    dataset (or of --dataset/--data-dir when given)."""
     from .data import load_dataset
-    from .train import evaluate_checkpoint, format_confusion, load_checkpoint
+    from .train import evaluate_checkpoint, evaluate_tflite, format_confusion, load_checkpoint
+    model_file = Path(checkpoint)
+    if model_file.suffix == ".tflite":
+        manifest = model_file.parent / "manifest.json"
+        if not manifest.is_file():
+            raise click.ClickException(f"{model_file}: no manifest.json beside it (export with `edgeosc export`)")
+        checkpoint = json.loads(manifest.read_text())["source"]["path"]
     ckpt = load_checkpoint(checkpoint)
     given = click.get_current_context().get_parameter_source("dataset").name != "DEFAULT" or data_kw["data_dir"]
-    data_cfg = make_data_cfg(**data_kw) if given else ckpt.data_cfg
-    res = evaluate_checkpoint(checkpoint, load_dataset(data_cfg, cache_dir), split, device)
+    data = load_dataset(make_data_cfg(**data_kw) if given else ckpt.data_cfg, cache_dir)
+    if model_file.suffix == ".tflite":
+        res = evaluate_tflite(model_file, data, ckpt.feature_cfg, ckpt.classes, split, interpreter)
+    else:
+        res = evaluate_checkpoint(checkpoint, data, split, device)
     if as_json:
         click.echo(json.dumps(res))
         return
     click.echo(format_confusion(res["confusion"], res["classes"]))
-    click.echo(f"{split} accuracy {res['accuracy']:.4f} on {res['n']} clips (loss {res['loss']:.4f})")
+    loss = f"loss {res['loss']:.4f}" if "loss" in res else res["interpreter"]
+    click.echo(f"{split} accuracy {res['accuracy']:.4f} on {res['n']} clips ({loss})")
 
 
 # ------------------------------------------------------------------------------- demo, summary
@@ -330,6 +341,29 @@ def export_bench(oscillator, softmax, runs, threads, as_json):
     rows = compare(oscillator, softmax, runs, threads, echo=(lambda *_: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
+
+
+@main.command("bench")
+@click.argument("models", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--runtime", "runtimes", multiple=True,
+              type=click.Choice(["onnxruntime", "ai-edge-litert", "tflite-runtime", "tflite-micro"]),
+              help="Runtimes to time (repeatable; default every installed one that takes the file).")
+@click.option("--runs", type=int, default=200, show_default=True, help="Timed runs per model, after warm-up.")
+@click.option("--warmup", type=int, default=20, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True)
+@click.option("--no-memory", is_flag=True, help="Skip the peak-memory probe (a subprocess per model).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write results here.")
+@friendly_errors
+def bench_cmd(models, runtimes, runs, warmup, threads, no_memory, json_path):
+    """Latency of exported MODELS (.onnx, .tflite) at batch 1: min/median/p90/p99 of interleaved runs, peak
+    memory, size and the system. Needs only numpy and a runtime (no torch): it runs as is on a Raspberry Pi."""
+    from .bench.latency import bench, format_table
+    report = bench(list(models), list(runtimes) or None, runs, threads, warmup, memory=not no_memory)
+    click.echo(format_table(report))
+    if json_path:
+        from .io import write_json
+        write_json(json_path, report)
+        click.echo(f"results: {json_path}")
 
 
 # --------------------------------------------------------------------------- core benchmarks

@@ -315,6 +315,13 @@ def softmax_int8(x, mult: int, left_shift: int, diff_min: int) -> np.ndarray:
     return np.where(valid, np.clip(y, -128, 127), -128).astype(np.int8)
 
 
+def softmax_exp_table(mult: int, left_shift: int, diff_min: int) -> np.ndarray:
+    """int32[256]: entry d is SOFTMAX's Q0.31 exp of diff = -d (0 where diff < diff_min, left out)."""
+    diff = -np.arange(256, dtype=np.int64)
+    e = exp_on_negative_values(srdhm(wrap32(diff << left_shift), mult), 5)
+    return np.where(diff >= diff_min, e, 0).astype(np.int32)
+
+
 # --- the two attention cores ------------------------------------------------------------------------------
 
 ZP_DEFAULT = dict(q=0, k=0, v=0, r=0, qk=0, w=-128, h=0, zr=0, c=-128, sum=-128, inv=-128, a=-128, out=0)

@@ -155,11 +155,13 @@ class QATModel(nn.Module):
 def _quant_layer(layer: nn.Module, preset: Preset, input_quant=None, output_quant=None) -> nn.Module:
     kw = dict(bias=layer.bias is not None, weight_quant=preset.weight, bias_quant=preset.bias,
               input_quant=input_quant, output_quant=output_quant)
-    if isinstance(layer, nn.Linear):
-        new = qnn.QuantLinear(layer.in_features, layer.out_features, **kw)
-    else:
-        new = qnn.QuantConv1d(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
-                              padding=layer.padding, dilation=layer.dilation, groups=layer.groups, **kw)
+    with warnings.catch_warnings():  # Brevitas notes that a shared input quantizer ignores its keyword arguments
+        warnings.filterwarnings("ignore", "Keyword arguments are being passed")
+        if isinstance(layer, nn.Linear):
+            new = qnn.QuantLinear(layer.in_features, layer.out_features, **kw)
+        else:
+            new = qnn.QuantConv1d(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
+                                  padding=layer.padding, dilation=layer.dilation, groups=layer.groups, **kw)
     with torch.no_grad():
         new.weight.copy_(layer.weight)
         if layer.bias is not None:

@@ -23,7 +23,7 @@ from .models.kws import build_model, count_parameters, resolve
 CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "edgeosc-checkpoint", 1
 
 
-class CheckpointError(Exception):
+class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message names the file and the problem."""
 
 
@@ -258,6 +258,27 @@ def evaluate_checkpoint(path: str | Path, data: ClipSet, split: str = "test", de
     dev = pick_device(device)
     batches = Batches(data, split, FeatureExtractor(ckpt.feature_cfg).to(dev), dev)
     return dict(evaluate(ckpt.model.to(dev), batches, len(ckpt.classes)), classes=list(ckpt.classes), split=split)
+
+
+def evaluate_tflite(path: str | Path, data: ClipSet, feature_cfg: FeatureConfig, classes: tuple[str, ...],
+                    split: str = "test", interpreter: str | None = None) -> dict:
+    """Accuracy and confusion matrix of an exported .tflite (features computed here, logits in the interpreter)."""
+    from . import runtime
+    if tuple(data.classes) != tuple(classes):
+        raise CheckpointError(f"{path}: exported for classes {tuple(classes)}, the data has {tuple(data.classes)}")
+    custom = None
+    if runtime.check_tflite(path)["custom_ops"]:
+        from .export import tflite_op
+        custom = [tflite_op.register]
+    runner = runtime.load(path, interpreter, custom_ops=custom)
+    n_classes = len(classes)
+    confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
+    for feats, labels in Batches(data, split, FeatureExtractor(feature_cfg), torch.device("cpu"))(256):
+        pred = torch.as_tensor(runner.run(feats.numpy()).argmax(-1))
+        confusion += torch.bincount(labels * n_classes + pred, minlength=n_classes**2).view(n_classes, n_classes)
+    n = int(confusion.sum())
+    return dict(accuracy=confusion.trace().item() / max(n, 1), n=n, confusion=confusion.tolist(),
+                classes=list(classes), split=split, interpreter=runner.interpreter)
 
 
 def format_confusion(confusion: list[list[int]], classes: list[str]) -> str:

@@ -209,7 +209,9 @@ def test_c_core_matches_reference(shapes, target):
         q, k, v, r = inputs(rng, H, T, dh, dr, dv)
         np.testing.assert_array_equal(ck.oscillator_core(p, q, k, v, r), R.oscillator_core_int8(p, q, k, v, r))
         sp = R.softmax_quant_from_scales(dict(q=0.05, k=0.04, v=0.03, qk=sc["qk"], out=0.05), target_name=target)
-        np.testing.assert_array_equal(ck.softmax_core(sp, q, k, v), R.softmax_core_int8(sp, q, k, v))
+        want = R.softmax_core_int8(sp, q, k, v)
+        np.testing.assert_array_equal(ck.softmax_core(sp, q, k, v), want)
+        np.testing.assert_array_equal(ck.softmax_core(sp, q, k, v, lut=True), want)  # exps from a table
 
 
 def test_c_core_rejects_float_rounding():

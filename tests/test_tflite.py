@@ -127,3 +127,18 @@ def test_latency_compare_covers_every_interpreter(files):
     assert {(f, i) for f in ("float.tflite", "int8.tflite") for i in INTERPRETERS} <= got
     assert ("int8_custom.tflite", "tflite-runtime") in got  # against the softmax int8.tflite
     assert all(r["oscillator"]["median_ms"] > 0 and r["ratio"] > 0 for r in rows) and "ratio" in lines[1]
+
+
+def test_bench_reports_latency_memory_and_system(files, tmp_path):
+    files, _ = files
+    model = files["oscillator"]["dir"] / "int8.tflite"
+    res = CliRunner().invoke(main, ["bench", str(model), "--runs", "5", "--runtime", "tflite-micro",
+                                    "--runtime", "tflite-runtime", "--json", str(tmp_path / "b.json")])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert set(report["system"]) >= {"cpu", "cores", "governor", "os", "python", "runtimes"}
+    assert report["system"]["runtimes"]["tflite-micro"]
+    assert [r["runtime"] for r in report["results"]] == ["tflite-micro", "tflite-runtime"]
+    for r in report["results"]:
+        assert 0 < r["min_ms"] <= r["median_ms"] <= r["p90_ms"] <= r["p99_ms"] and r["runs"] == 5
+        assert r["bytes"] == model.stat().st_size and r["memory_bytes"] > 0 and r["threads"] == 1

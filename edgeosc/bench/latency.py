@@ -5,6 +5,8 @@ model A, ...) exposes the models to the same machine noise, so their ratio is ro
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +42,7 @@ def prepare(path: str | Path, runtime_name: str, threads: int = 1) -> Timed:
         return Timed(path, runtime_name, lambda: runner.session.run([OUTPUT], {INPUT: x}))
     from .. import runtime
     custom = None
-    if runtime.check_tflite(path)["custom_ops"]:
+    if _has_custom_ops(path):
         from ..export import tflite_op
         custom = [tflite_op.register]
     runner = runtime.load(path, runtime_name, custom_ops=custom, num_threads=threads)
@@ -68,6 +70,70 @@ def measure(models: list[Timed], runs: int = 200, warmup: int = 20) -> list[dict
     return [dict(file=m.path.name, runtime=m.runtime, **stats(t * 1e3)) for m, t in zip(models, times)]
 
 
+_RESIDENT = """
+import sys
+from edgeosc.bench import latency
+def rss():  # resident set size now, bytes (Linux)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+latency.prepare  # the runtime's modules are imported by the first prepare; import them first
+if sys.argv[2] == "onnxruntime":
+    import onnxruntime
+else:
+    from edgeosc import runtime
+    runtime._module(sys.argv[2])
+before = rss()
+timed = latency.prepare(sys.argv[1], sys.argv[2])
+for _ in range(10):
+    timed.run()
+print(rss() - before)
+"""
+
+
+def resident_memory(path: str | Path, runtime_name: str) -> int:
+    """Bytes of resident memory a fresh process gains by loading the model and running it 10 times
+    (after importing the runtime): weights, arena and interpreter state (Linux /proc/self/status)."""
+    out = subprocess.run([sys.executable, "-c", _RESIDENT, str(path), runtime_name], capture_output=True,
+                         text=True, timeout=300)
+    if out.returncode:
+        raise RuntimeError(f"{path} [{runtime_name}]: memory probe failed: {out.stderr.strip()[-300:]}")
+    return max(int(out.stdout.split()[-1]), 0)
+
+
+def bench(paths: list[str | Path], runtimes: list[str] | None = None, runs: int = 200, threads: int = 1,
+          warmup: int = 20, memory: bool = True) -> dict:
+    """Latency (interleaved across all models and runtimes), peak memory and size of each, with system info."""
+    from .system import system_info
+    timed = [prepare(p, rt, threads) for p in paths for rt in (runtimes or runtimes_for(p))
+             if rt in runtimes_for(p) and not (_has_custom_ops(p) and rt != "tflite-runtime")]
+    if not timed:
+        raise ValueError(f"no installed runtime takes {[str(p) for p in paths]}")
+    rows = measure(timed, runs, warmup)
+    for row, t in zip(rows, timed):
+        row.update(path=str(t.path), bytes=t.path.stat().st_size, threads=threads,
+                   memory_bytes=resident_memory(t.path, t.runtime) if memory else None)
+    return dict(system=system_info(), results=rows)
+
+
+def _has_custom_ops(path) -> bool:
+    if Path(path).suffix != ".tflite":
+        return False
+    from .. import runtime
+    return bool(runtime.check_tflite(path)["custom_ops"])
+
+
+def format_table(report: dict) -> str:
+    s = report["system"]
+    lines = [f"{s['cpu']} ({s['cores']} cores, governor {s['governor']}), {s['os']}",
+             f"{'model':<48}{'runtime':<16}{'min':>8}{'median':>8}{'p90':>8}{'p99':>8}  ms{'memory':>10}{'size':>10}"]
+    for r in report["results"]:
+        mem = f"{r['memory_bytes'] / 2**10:.0f}K" if r["memory_bytes"] is not None else "-"
+        lines.append(f"{r['path'][-47:]:<48}{r['runtime']:<16}{r['min_ms']:>8.3f}{r['median_ms']:>8.3f}{r['p90_ms']:>8.3f}"
+                     f"{r['p99_ms']:>8.3f}    {mem:>10}{r['bytes'] / 1024:>9.1f}K")
+    return "\n".join(lines)
+
+
 def export_files(path: str | Path) -> list[Path]:
     """Model files of an export folder, or of a run folder's export-onnx/ and export-tflite/."""
     path = Path(path)
@@ -93,8 +159,8 @@ def compare(oscillator: str | Path, softmax: str | Path, runs: int = 200, thread
         if base is None:
             continue
         for rt in runtimes_for(f):
-            if rt == "tflite-micro" and "custom" in f.name:
-                continue  # TFLM takes custom kernels only when compiled in
+            if _has_custom_ops(f) and rt != "tflite-runtime":
+                continue  # the custom kernel registers with tflite-runtime only (TFLM: compiled in)
             osc, sm = measure([prepare(f, rt, threads), prepare(base, rt, threads)], runs)
             rows.append(dict(file=f.name, softmax_file=base.name, runtime=rt, threads=threads, oscillator=osc,
                              softmax=sm, ratio=osc["median_ms"] / sm["median_ms"]))

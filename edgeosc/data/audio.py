@@ -19,7 +19,7 @@ log = logging.getLogger("edgeosc.data")
 MIN_MS = 50.0  # shorter than this is no utterance (a click, an aborted recording)
 
 
-class AudioError(Exception):
+class AudioError(ValueError):
     """A WAV file that cannot become a clip; carries the file and the reason."""
 
     def __init__(self, file, reason: str):

@@ -13,7 +13,7 @@ SPLITS = ("train", "val", "test")
 CACHE_VERSION = 1
 
 
-class DataError(Exception):
+class DataError(ValueError):
     """A dataset problem the user can fix (missing folder, no usable files); the message names it."""
 
 

@@ -86,7 +86,8 @@ class SoftmaxParams(ctypes.Structure):
     _fields_ = [*[(n, _i32) for n in ("heads", "tokens", "d_head", "d_value")],
                 *[(f"zp_{n}", _i32) for n in ("q", "k", "v", "qk", "out")],
                 ("rq_qk", Requant), ("rq_out", Requant),
-                *[(n, _i32) for n in ("beta_multiplier", "beta_left_shift", "diff_min", "round_matmul")]]
+                *[(n, _i32) for n in ("beta_multiplier", "beta_left_shift", "diff_min", "round_matmul")],
+                ("exp_lut", ctypes.POINTER(_i32))]
 
 
 @lru_cache(maxsize=None)
@@ -154,12 +155,14 @@ def oscillator_core(p: R.OscQuant, q, k, v, r) -> np.ndarray:
     return out
 
 
-def softmax_core(p: R.SoftmaxQuant, q, k, v) -> np.ndarray:
-    """Runs edgeosc_softmax_core_int8 on [H, T, *] int8 arrays: out [H, T, dv]."""
+def softmax_core(p: R.SoftmaxQuant, q, k, v, lut: bool = False) -> np.ndarray:
+    """Runs edgeosc_softmax_core_int8 on [H, T, *] int8 arrays: out [H, T, dv]; lut: exps from a table."""
     q, k, v = _heads(q, k, v)
     (H, T, dh), dv, z = q.shape, v.shape[-1], p.zp
+    table = R.softmax_exp_table(p.beta_multiplier, p.beta_left_shift, p.diff_min) if lut else None
     c = SoftmaxParams(H, T, dh, dv, z["q"], z["k"], z["v"], z["qk"], z["out"], _rq(p.rq_qk), _rq(p.rq_out),
-                      p.beta_multiplier, p.beta_left_shift, p.diff_min, _mode(p.rounding))
+                      p.beta_multiplier, p.beta_left_shift, p.diff_min, _mode(p.rounding),
+                      table.ctypes.data_as(ctypes.POINTER(_i32)) if lut else None)
     out = np.empty((H, T, dv), np.int8)
     scratch = np.empty(T, np.int8)
     if library().edgeosc_softmax_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, out, scratch))):

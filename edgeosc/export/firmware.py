@@ -1,0 +1,260 @@
+"""C firmware export: an int8 .tflite (or a QAT model) -> firmware_models/<name>/ (portable C99, no malloc).
+
+generate() writes four files (firmware_models/README.md):
+  <name>_model.h     the API: <name>_invoke(input, output), the EdgeoscModel descriptor, I/O sizes
+  <name>_weights.h   constant tensors the kernels read (int8 weights and tables, int32 biases)
+  <name>_settings.h  every multiplier, shift, zero point, shape and exp table, computed here as TFLite
+                     Micro's Prepare does (firmware_ops.py): nothing is copied by hand
+  <name>_model.c     the static arena and the inference function: one kernel call per op or pattern
+The arena holds every activation, the input, the output and kernel scratch. Its size comes from a
+liveness plan made here: a buffer lives from the call that writes it to the last call that reads it
+(graph inputs from the start, outputs to the end), and buffers are placed largest first at the lowest
+4-byte aligned offset free of every buffer whose lifetime overlaps (the greedy planner of TFLite Micro).
+RESHAPE is free: its output shares its input's buffer. Bit-exact target: TFLite Micro's int8 kernels.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ExportConfig
+from .firmware_ops import Array, Call, Graph, Ref, Struct, lower, read_graph
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRMWARE = ROOT / "firmware_models"
+ALIGN = 4
+POINTER_BYTES = 4  # on Cortex-M: every parameter struct field is an int32_t or a pointer
+
+
+def c_name(s: str) -> str:
+    """A C identifier from a tensor or model name."""
+    s = re.sub(r"\W+", "_", s).strip("_") or "x"
+    return f"_{s}" if s[0].isdigit() else s
+
+
+# ---- arena planning ----------------------------------------------------------------------------------
+
+def plan_arena(g: Graph, calls: list[Call], alias: dict) -> tuple[dict, int]:
+    """Arena offsets of every activation tensor and ("scratch", call index), and the arena size.
+
+    The graph inputs form one block (concatenated, in order), and so do the outputs: the harness loads
+    the input and reads the output in place.
+    """
+    root = lambda t: alias.get(t, t)  # noqa: E731
+    block: dict = {}  # tensor -> (block key, position)
+    for key, ts in (("inputs", g.inputs), ("outputs", g.outputs)):
+        pos = 0
+        for t in ts:
+            if root(t) in block:
+                raise ValueError(f"{g.tensors[t].name} is both a graph input and an output (or twice an output)")
+            block[root(t)] = (key, pos)
+            pos += g.tensors[t].size
+    sizes = {"inputs": sum(g.tensors[t].size for t in g.inputs),
+             "outputs": sum(g.tensors[t].size for t in g.outputs)}
+    live: dict = {}  # buffer key -> (first step, last step)
+
+    def use(key, step: int) -> None:
+        key = block[key][0] if key in block else key
+        sizes.setdefault(key, g.tensors[key].size if isinstance(key, int) else 0)
+        first, last = live.get(key, (step, step))
+        live[key] = (min(first, step), max(last, step))
+
+    for t in g.inputs:
+        use(root(t), -1)
+    for i, call in enumerate(calls):
+        for a in call.args:
+            if isinstance(a, Ref) and g.tensors[root(a.tensor)].data is None:
+                use(root(a.tensor), i)
+        if call.scratch:
+            sizes[("scratch", i)] = call.scratch
+            use(("scratch", i), i)
+    for t in g.outputs:
+        use(root(t), len(calls))
+    placed, offsets = [], {}
+    for key, (first, last) in sorted(live.items(), key=lambda kv: (-sizes[kv[0]], kv[1][0])):
+        size = sizes[key]
+        clash = sorted((o, o + s) for f, l, o, s in placed if not (l < first or last < f))
+        offset = 0
+        for lo, hi in clash:
+            if offset + size <= lo:
+                break
+            offset = max(offset, -(-hi // ALIGN) * ALIGN)
+        placed.append((first, last, offset, size))
+        offsets[key] = offset
+    for t, (key, pos) in block.items():
+        offsets[t] = offsets[key] + pos
+    arena = max((o + s for _, _, o, s in placed), default=0)
+    return offsets, -(-arena // ALIGN) * ALIGN
+
+
+# ---- C text --------------------------------------------------------------------------------------------
+
+def c_array(ctype: str, name: str, values) -> str:
+    v = np.asarray(values).ravel()
+    per = 20 if ctype == "int8_t" else 8
+    rows = [", ".join(str(int(x)) for x in v[i:i + per]) for i in range(0, len(v), per)]
+    return f"static const {ctype} {name}[{len(v)}] = {{\n  " + ",\n  ".join(rows) + "};\n"
+
+
+def fields(v) -> int:
+    """Scalar and pointer fields of a parameter struct."""
+    if isinstance(v, Struct):
+        v = v.fields
+    if isinstance(v, dict):
+        v = list(v.values())
+    return sum(fields(x) for x in v) if isinstance(v, list) else 1
+
+
+CTYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.int32): "int32_t", np.dtype(np.int64): "int64_t"}
+
+
+class Emitter:
+    """Names and writes the constants, parameter structs and calls of one model."""
+
+    def __init__(self, name: str, g: Graph, calls: list[Call], alias: dict):
+        self.name, self.g, self.calls, self.alias = name, g, calls, alias
+        self.offsets, self.arena = plan_arena(g, calls, alias)
+        self.weights: dict[int, str] = {}  # const tensor -> symbol
+        self.arrays: list[str] = []  # settings arrays, C text
+        self.structs: list[str] = []
+        self.symbols: set[str] = set()
+        self.const_bytes = 0  # weights and settings arrays
+        self.param_fields = 0
+
+    def symbol(self, hint: str) -> str:
+        base = c_name(hint)
+        s, i = base, 1
+        while s in self.symbols:
+            s, i = f"{base}_{i}", i + 1
+        self.symbols.add(s)
+        return s
+
+    def tensor(self, t: int) -> str:
+        """Pointer expression of a tensor's data."""
+        tensor = self.g.tensors[self.alias.get(t, t)]
+        if tensor.data is None:
+            return f"a + {self.offsets[tensor.index]}"
+        if tensor.index not in self.weights:
+            self.weights[tensor.index] = self.symbol(tensor.name)
+            self.const_bytes += tensor.data.nbytes
+        return self.weights[tensor.index]
+
+    def value(self, v) -> str:
+        if v is None:
+            return "NULL"
+        if isinstance(v, Ref):
+            if self.g.tensors[v.tensor].data is None:
+                raise ValueError("parameter structs can only point at constant tensors")
+            return self.tensor(v.tensor)
+        if isinstance(v, Array):
+            sym = self.symbol(v.ctype)
+            self.arrays.append(c_array(CTYPES[np.asarray(v.values).dtype], sym, v.values))
+            self.const_bytes += np.asarray(v.values).nbytes
+            return sym
+        if isinstance(v, Struct):
+            return self.value(v.fields)
+        if isinstance(v, dict):
+            return "{" + ", ".join(f".{k} = {self.value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, (list, tuple)):
+            return "{" + ", ".join(self.value(x) for x in v) + "}"
+        return str(int(v))
+
+    def call(self, i: int, call: Call) -> str:
+        args = []
+        for a in call.args:
+            if isinstance(a, Struct):
+                sym = self.symbol(f"p{i}_{call.label}")
+                self.param_fields += fields(a)
+                self.structs.append(f"static const {a.ctype} {sym} = {self.value(a)};\n")
+                args.append(f"&{sym}")
+            elif isinstance(a, Ref):
+                args.append(self.tensor(a.tensor))
+            elif a == "scratch":
+                args.append(f"a + {self.offsets[('scratch', i)]}")
+            else:
+                args.append(self.value(a))
+        kinds = " + ".join(dict.fromkeys(self.g.ops[o].kind for o in call.ops))
+        text = f"{call.fn}({', '.join(args)})"
+        if call.fn.endswith("_core_int8"):  # the cores validate their parameters
+            return f"  if ({text}) return -1; /* {call.label}: {kinds} */\n"
+        return f"  {text}; /* {call.label}: {kinds} */\n"
+
+    def files(self, source: str) -> dict[str, str]:
+        n, N, g = self.name, self.name.upper(), self.g
+        body = [self.call(i, c) for i, c in enumerate(self.calls)]
+        x, y = g.tensors[g.inputs[0]], g.tensors[g.outputs[0]]
+        in_bytes, out_bytes = (sum(g.tensors[t].size for t in ts) for ts in (g.inputs, g.outputs))
+        io = "".join(f"/* {k} {g.tensors[t].name}: {list(g.tensors[t].shape)} at arena + {self.offsets[self.alias.get(t, t)]}, "
+                     f"scale {g.tensors[t].s!r}, zero point {g.tensors[t].z} */\n"
+                     for k, ts in (("input", g.inputs), ("output", g.outputs)) for t in ts)
+        head = f"/* Generated by edgeosc/export/firmware.py from {source}; do not edit. */\n"
+        weights = "".join(c_array(CTYPES[g.tensors[t].dtype], s, g.tensors[t].data) for t, s in self.weights.items())
+        model_h = (f"{head}#ifndef {N}_MODEL_H_\n#define {N}_MODEL_H_\n\n#include \"edgeosc_model.h\"\n\n{io}"
+                   f"#define {N}_INPUT_BYTES {in_bytes}\n#define {N}_OUTPUT_BYTES {out_bytes}\n"
+                   f"#define {N}_ARENA_BYTES {self.arena} /* activations, input, output and scratch */\n\n"
+                   f"/** Runs the model on its input block (in the arena); 0, or -1 if a kernel rejects its "
+                   f"parameters. */\nint {n}_run(void);\n\n"
+                   f"extern const EdgeoscModel {n}_model;\n\n#endif /* {N}_MODEL_H_ */\n")
+        settings = (f"{head}/* Kernel parameters of {n} as TFLite Micro's Prepare computes them "
+                    f"(edgeosc/export/firmware_ops.py). */\n#ifndef {N}_SETTINGS_H_\n#define {N}_SETTINGS_H_\n\n"
+                    + "".join(self.arrays) + "\n" + "".join(self.structs) + f"\n#endif /* {N}_SETTINGS_H_ */\n")
+        model_c = (f"{head}#include \"{n}_model.h\"\n\n#include <stddef.h>\n\n#include \"edgeosc_attention.h\"\n"
+                   f"#include \"edgeosc_ops.h\"\n#include \"{n}_weights.h\"\n#include \"{n}_settings.h\"\n\n"
+                   f"static union {{\n  int32_t align;\n  int8_t bytes[{N}_ARENA_BYTES];\n}} arena;\n\n"
+                   f"int {n}_run(void) {{\n  int8_t *const a = arena.bytes;\n" + "".join(body) + "  return 0;\n}\n\n"
+                   f"const EdgeoscModel {n}_model = {{\"{n}\", arena.bytes + {self.offsets[self.alias.get(g.inputs[0], g.inputs[0])]}, "
+                   f"{N}_INPUT_BYTES, arena.bytes + {self.offsets[self.alias.get(g.outputs[0], g.outputs[0])]}, {N}_OUTPUT_BYTES,\n"
+                   f"  {N}_ARENA_BYTES, {x.s!r}f, {x.z}, {y.s!r}f, {y.z}, {n}_run}};\n")
+        weights_h = (f"{head}/* Constant tensors of {n} (flash). */\n#ifndef {N}_WEIGHTS_H_\n#define {N}_WEIGHTS_H_\n\n"
+                     f"#include <stdint.h>\n\n{weights}\n#endif /* {N}_WEIGHTS_H_ */\n")
+        return {f"{n}_model.h": model_h, f"{n}_weights.h": weights_h, f"{n}_settings.h": settings,
+                f"{n}_model.c": model_c}
+
+
+# ---- entry points -------------------------------------------------------------------------------------
+
+def generate(tflite_path, out_dir, name: str | None = None, fuse: bool = True) -> dict:
+    """Writes firmware_models-style C for an int8 .tflite into out_dir; returns names, files and sizes.
+
+    fuse: run the attention cores as edgeosc_oscillator_core_int8 / edgeosc_softmax_core_int8 (row by
+    row, same integers) instead of op by op.
+    """
+    path, out_dir = Path(tflite_path), Path(out_dir)
+    data = path.read_bytes()
+    name = c_name(name or out_dir.name)
+    g = read_graph(data)
+    for t in [*g.inputs, *g.outputs]:
+        if g.tensors[t].dtype != np.int8:
+            raise ValueError(f"{path}: graph input/output {g.tensors[t].name} is {g.tensors[t].dtype}, not int8")
+    calls, alias = lower(g, fuse)
+    em = Emitter(name, g, calls, alias)
+    files = em.files(f"{path.name} (sha256 {hashlib.sha256(data).hexdigest()[:16]})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for fname, text in files.items():
+        (out_dir / fname).write_text(text)
+    params = em.param_fields * POINTER_BYTES
+    return dict(name=name, dir=out_dir, files=sorted(files), calls=len(calls), arena_bytes=em.arena,
+                const_bytes=em.const_bytes, param_bytes=params, flash_bytes=em.const_bytes + params,
+                ram_bytes=em.arena)
+
+
+def export(model, cfg: ExportConfig, out_dir: str | Path) -> Path:
+    """A QAT model -> int8.tflite (export/tflite.py) -> C firmware in out_dir (named after it); returns out_dir."""
+    import torch
+
+    from .tflite import Graph as TFLiteGraph
+
+    if not hasattr(model, "quant_cfg"):
+        raise ValueError("C firmware export needs a QAT (int8) model")
+    out_dir = Path(out_dir)
+    with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+        model.eval()
+        path = Path(tmp) / "int8.tflite"
+        path.write_bytes(TFLiteGraph(model.net, model).build())
+        generate(path, out_dir)
+        (out_dir / "int8.tflite").write_bytes(path.read_bytes())
+    return out_dir

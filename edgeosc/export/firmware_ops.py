@@ -1,0 +1,517 @@
+"""Lowers an int8 .tflite graph to calls of the firmware_models kernels, with TFLite Micro's parameters.
+
+Every multiplier is computed from the float32 scales exactly as the TFLite Micro kernel's Prepare does
+(read from tensorflow/tflite-micro: add/sub/mul/fully_connected/conv common.cc, kernel_util.cc):
+  CONV_2D, per-channel FULLY_CONNECTED  s_in * s_w[c] / s_out in double (PopulateConvolutionQuantizationParams)
+  per-tensor FULLY_CONNECTED, BATCH_MATMUL  float32(s_in * s_w) / s_out (GetQuantizedConvolutionMultipler)
+  MUL  s_a * s_b / s_out in double;  ADD / SUB  each input over 2 max(s_a, s_b), left shift 20
+  SOFTMAX  PreprocessSoftmaxScaling (integer_ref.softmax_params); L2_NORMALIZATION, GATHER: none.
+Patterns become one call: CAST + ADD 128 + GATHER is a table lookup; TRANSPOSE + FULLY_CONNECTED with one
+weight value is a sum pool over time; with fuse=True the oscillator core (qk .. out) and the softmax core
+(qk, SOFTMAX, out) become edgeosc_oscillator_core_int8 / edgeosc_softmax_core_int8, which work one query
+row at a time (scratch of T + 2 d_osc or T bytes instead of [H, T, T] tensors) with the same integers.
+The oscillator core's readout stays direct: the factorized form sums over C(d_osc + p, p) monomials
+(4681 at d_osc = 8, p = 4), more than the T = 49 keys it would replace.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import integer_ref as R
+from .tflite_builder import NP_OF, OP_NAMES, schema
+
+ACT_RANGES = {schema.ActivationFunctionType.NONE: (None, None), schema.ActivationFunctionType.RELU: (0.0, None),
+              schema.ActivationFunctionType.RELU6: (0.0, 6.0), schema.ActivationFunctionType.RELU_N1_TO_1: (-1.0, 1.0)}
+CUSTOM_OSC = "EdgeOscAttention"
+
+
+class UnsupportedGraph(ValueError):
+    """The graph holds an op (or an op configuration) the firmware kernels do not implement."""
+
+
+@dataclass
+class Tensor:
+    index: int
+    name: str
+    shape: tuple
+    dtype: np.dtype
+    scale: np.ndarray  # float32, one per channel or one
+    zp: np.ndarray
+    data: np.ndarray | None  # constant tensors
+
+    @property
+    def s(self) -> float:
+        return float(self.scale[0])
+
+    @property
+    def z(self) -> int:
+        return int(self.zp[0])
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass
+class Op:
+    index: int
+    kind: str
+    inputs: list
+    outputs: list
+    options: object = None
+    custom: bytes = b""
+
+
+@dataclass
+class Graph:
+    tensors: list
+    ops: list
+    inputs: list
+    outputs: list
+
+    def consumers(self, t: int) -> list:
+        return [op for op in self.ops if t in op.inputs]
+
+    def sole_consumer(self, t: int, kind: str | None = None) -> Op | None:
+        """The one op reading t (of the given kind), if t is no graph output; else None."""
+        users = self.consumers(t)
+        if t in self.outputs or len(users) != 1 or (kind and users[0].kind != kind):
+            return None
+        return users[0]
+
+
+def read_graph(data: bytes) -> Graph:
+    """The first subgraph of a .tflite flatbuffer, with constant data as numpy arrays."""
+    m = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(data, 0))
+    sg = m.subgraphs[0]
+    tensors = []
+    for i, t in enumerate(sg.tensors):
+        q, dtype = t.quantization, np.dtype(NP_OF[t.type])
+        scale = np.asarray(q.scale if q is not None and q.scale is not None else [0.0], np.float32)
+        zp = np.asarray(q.zeroPoint if q is not None and q.zeroPoint is not None else [0], np.int64)
+        buf = m.buffers[t.buffer].data
+        shape = tuple(int(d) for d in (t.shape if t.shape is not None else ()))
+        const = None if buf is None else np.frombuffer(bytes(buf), dtype).reshape(shape)
+        tensors.append(Tensor(i, t.name.decode(), shape, dtype, scale, zp, const))
+    ops = []
+    for i, op in enumerate(sg.operators):
+        oc = m.operatorCodes[op.opcodeIndex]
+        kind = OP_NAMES[max(oc.builtinCode, oc.deprecatedBuiltinCode)]
+        if kind == "CUSTOM":
+            kind = oc.customCode.decode()
+        custom = bytes(op.customOptions) if op.customOptions is not None else b""
+        ops.append(Op(i, kind, [int(x) for x in op.inputs], [int(x) for x in op.outputs], op.builtinOptions, custom))
+    return Graph(tensors, ops, [int(x) for x in sg.inputs], [int(x) for x in sg.outputs])
+
+
+# ---- what the emitter consumes ------------------------------------------------------------------------
+
+@dataclass
+class Array:
+    """A constant array in flash (multipliers, shifts, tables)."""
+    values: np.ndarray
+    ctype: str
+
+
+@dataclass
+class Struct:
+    """A kernel's parameter struct: emitted static const in the settings header, passed by address."""
+    ctype: str
+    fields: dict
+
+
+@dataclass
+class Ref:
+    """A tensor's data: a constant array, or its place in the arena."""
+    tensor: int
+
+
+@dataclass
+class Call:
+    """One kernel call fn(args...); args are Struct, Ref, Array, int, or "scratch"."""
+    fn: str
+    args: list
+    label: str
+    scratch: int = 0
+    ops: list = field(default_factory=list)  # the TFLite op indices it replaces
+
+
+# ---- multipliers and ranges, as TFLite Micro's Prepare computes them ---------------------------------
+
+def rq(real: float) -> dict:
+    m, s = R.quantize_multiplier(real)
+    return dict(multiplier=m, shift=s)
+
+
+def product_rq(s_a: float, s_b: float, s_out: float) -> dict:
+    """BATCH_MATMUL, per-tensor FULLY_CONNECTED: float32 product over the output scale in double."""
+    return rq(R.matmul_multiplier(s_a, s_b, s_out))
+
+
+def double_rq(s_a: float, s_b: float, s_out: float) -> dict:
+    """MUL, CONV_2D and per-channel FULLY_CONNECTED: everything in double."""
+    return rq(R.fc_multiplier(s_a, s_b, s_out))
+
+
+def act_range(out: Tensor, act: int) -> tuple[int, int]:
+    """CalculateActivationRangeQuantized: zero point + round(f / scale) (float32, half away), clamped to int8."""
+    if act not in ACT_RANGES:
+        raise UnsupportedGraph(f"{out.name}: fused activation {act} is not supported")
+    lo, hi = ACT_RANGES[act]
+
+    def q(f):
+        v = float(np.float32(f) / np.float32(out.s))
+        return out.z + int(math.copysign(math.floor(abs(v) + 0.5), v))
+
+    return max(-128, q(lo)) if lo is not None else -128, min(127, q(hi)) if hi is not None else 127
+
+
+def channel_rq(x: Tensor, w: Tensor, out: Tensor, label: str, conv: bool = False) -> Struct:
+    """Multipliers of CONV_2D (always the per-channel formula) / FULLY_CONNECTED (per-tensor: float product)."""
+    reals = [double_rq(x.s, float(s), out.s) for s in w.scale] if conv or len(w.scale) > 1 \
+        else [product_rq(x.s, w.s, out.s)]
+    return Struct("EdgeoscChannelRequant", dict(
+        multiplier=Array(np.array([r["multiplier"] for r in reals], np.int32), f"{label}_mult"),
+        shift=Array(np.array([r["shift"] for r in reals], np.int32), f"{label}_shift"),
+        per_channel=int(len(reals) > 1)))
+
+
+def broadcast(a: tuple, b: tuple, out: tuple) -> dict:
+    """EdgeoscBroadcast of two shapes onto out (right-aligned, padded to 4 dims)."""
+    if len(out) > 4:
+        raise UnsupportedGraph(f"broadcast of rank {len(out)} > 4")
+
+    def strides(shape):
+        shape = (1,) * (4 - len(shape)) + tuple(shape)
+        dense = np.cumprod((1,) + shape[:0:-1])[::-1]
+        return [0 if d == 1 else int(s) for d, s in zip(shape, dense)]
+
+    return dict(dims=[1] * (4 - len(out)) + list(out), stride_a=strides(a), stride_b=strides(b))
+
+
+# ---- the lowering -------------------------------------------------------------------------------------
+
+class Lowering:
+    """Walks the ops in order and turns each (or each recognised pattern) into one Call."""
+
+    def __init__(self, g: Graph, fuse: bool = True):
+        self.g, self.fuse = g, fuse
+        self.calls: list[Call] = []
+        self.alias: dict[int, int] = {}  # RESHAPE outputs share their input's storage
+        self.done: set[int] = set()
+
+    def t(self, i: int) -> Tensor:
+        return self.g.tensors[i]
+
+    def label(self, op: Op) -> str:
+        return self.t(op.outputs[0]).name
+
+    def run(self) -> list[Call]:
+        for op in self.g.ops:
+            if op.index in self.done:
+                continue
+            call = ((self.fuse and (self.oscillator_core(op) or self.softmax_core(op))) or self.lut(op)
+                    or self.pool(op) or self.single(op))
+            if call is not None:
+                self.calls.append(call)
+        return self.calls
+
+    def emit(self, fn, args, ops, label, scratch=0) -> Call:
+        self.done.update(o.index for o in ops)
+        return Call(fn, args, label, scratch, [o.index for o in ops])
+
+    # ---- patterns ---------------------------------------------------------------------------------
+    def lut_chain(self, x: int):
+        """CAST(x) -> ADD(+128) -> GATHER(table[256]): (ops, table tensor, output) or None."""
+        cast = self.g.sole_consumer(x, "CAST")
+        if cast is None:
+            return None
+        add = self.g.sole_consumer(cast.outputs[0], "ADD")
+        if add is None:
+            return None
+        other = self.t(add.inputs[1] if add.inputs[0] == cast.outputs[0] else add.inputs[0])
+        gather = self.g.sole_consumer(add.outputs[0], "GATHER")
+        if other.data is None or other.size != 1 or int(other.data.ravel()[0]) != 128 or gather is None:
+            return None
+        table = self.t(gather.inputs[0])
+        if gather.inputs[1] != add.outputs[0] or table.data is None or table.shape != (256,) \
+                or table.dtype != np.int8 or getattr(gather.options, "axis", 0) != 0:
+            return None
+        return [cast, add, gather], table, gather.outputs[0]
+
+    def lut(self, op: Op):
+        if op.kind != "CAST" or self.t(op.inputs[0]).dtype != np.int8:
+            return None
+        chain = self.lut_chain(op.inputs[0])
+        if chain is None:
+            return None
+        ops, table, out = chain
+        return self.emit("edgeosc_lut_int8", [self.t(out).size, Ref(table.index), Ref(op.inputs[0]), Ref(out)],
+                         ops, self.t(out).name)
+
+    def pool(self, op: Op):
+        """TRANSPOSE [1, T, C] -> [1, C, T], FULLY_CONNECTED with one weight value: a sum over T."""
+        if op.kind != "TRANSPOSE" or len(self.t(op.inputs[0]).shape) != 3:
+            return None
+        perm = self.t(op.inputs[1]).data
+        fc = self.g.sole_consumer(op.outputs[0], "FULLY_CONNECTED")
+        if perm is None or list(perm) != [0, 2, 1] or fc is None or fc.inputs[0] != op.outputs[0]:
+            return None
+        w = self.t(fc.inputs[1])
+        if (len(fc.inputs) > 2 and fc.inputs[2] >= 0) or w.data is None or w.shape[0] != 1 \
+                or np.any(w.data != w.data.flat[0]):
+            return None
+        x, out = self.t(op.inputs[0]), self.t(fc.outputs[0])
+        lo, hi = act_range(out, fc.options.fusedActivationFunction)
+        p = Struct("EdgeoscPoolParams", dict(rows=x.shape[1], cols=x.shape[2], zp_in=x.z, weight=int(w.data.flat[0]),
+                                             zp_out=out.z, act_min=lo, act_max=hi, rq=product_rq(x.s, w.s, out.s)))
+        return self.emit("edgeosc_sum_pool_int8", [p, Ref(x.index), Ref(out.index)], [op, fc], out.name)
+
+    def sum_step(self, c: int):
+        """Step 7: FULLY_CONNECTED(c, ones [1, T]) or BATCH_MATMUL(c, ones [T, 1]): (op, ones, rq) or None."""
+        users = [u for u in self.g.consumers(c) if u.kind in ("FULLY_CONNECTED", "BATCH_MATMUL")]
+        if c in self.g.outputs or len(users) != 1 or users[0].inputs[0] != c:
+            return None
+        op = users[0]
+        ones = self.t(op.inputs[1])
+        if ones.data is None or np.any(ones.data != ones.data.flat[0]) or (len(op.inputs) > 2 and op.inputs[2] >= 0):
+            return None
+        if op.kind == "BATCH_MATMUL" and (op.options.adjX or op.options.adjY or ones.shape[-1] != 1):
+            return None
+        if op.kind == "FULLY_CONNECTED" and (ones.shape[0] != 1 or op.options.fusedActivationFunction):
+            return None
+        return op, ones, product_rq(self.t(c).s, ones.s, self.t(op.outputs[0]).s)
+
+    def oscillator_core(self, op: Op):
+        """qk = BMM(q, k^T), w = table, wn = L2, h = BMM(wn, r), z = L2, zr = BMM(z, r^T), c = table,
+        sum = ones, inv = table, a = MUL(c, inv), out = BMM(a, v), or the EdgeOscAttention custom op."""
+        if op.kind == CUSTOM_OSC:
+            return self.custom_core(op)
+        g = self.g
+        if op.kind != "BATCH_MATMUL" or not op.options.adjY or op.options.adjX:
+            return None
+        plain = lambda o: o is not None and not o.options.adjX and not o.options.adjY  # noqa: E731
+        w_chain = self.lut_chain(op.outputs[0])
+        if w_chain is None:
+            return None
+        wn_op = g.sole_consumer(w_chain[2], "L2_NORMALIZATION")
+        h_op = wn_op and g.sole_consumer(wn_op.outputs[0], "BATCH_MATMUL")
+        if not plain(h_op) or h_op.inputs[0] != wn_op.outputs[0]:
+            return None
+        z_op = g.sole_consumer(h_op.outputs[0], "L2_NORMALIZATION")
+        zr_op = z_op and g.sole_consumer(z_op.outputs[0], "BATCH_MATMUL")
+        r = h_op.inputs[1]
+        if zr_op is None or zr_op.inputs != [z_op.outputs[0], r] or not zr_op.options.adjY or zr_op.options.adjX:
+            return None
+        c_chain = self.lut_chain(zr_op.outputs[0])
+        if c_chain is None:
+            return None
+        c = c_chain[2]
+        mul = next((u for u in g.consumers(c) if u.kind == "MUL"), None)
+        summ = self.sum_step(c)
+        if mul is None or summ is None or c in g.outputs or len(g.consumers(c)) != 2:
+            return None
+        inv_chain = self.lut_chain(summ[0].outputs[0])
+        if inv_chain is None or sorted(mul.inputs) != sorted([c, inv_chain[2]]):
+            return None
+        out_op = g.sole_consumer(mul.outputs[0], "BATCH_MATMUL")
+        if not plain(out_op) or out_op.inputs[0] != mul.outputs[0]:
+            return None
+        T = self.t
+        q, k, v, rt = T(op.inputs[0]), T(op.inputs[1]), T(out_op.inputs[1]), T(r)
+        pts = {n: T(i) for n, i in dict(qk=op.outputs[0], w=w_chain[2], wn=wn_op.outputs[0], h=h_op.outputs[0],
+                                        z=z_op.outputs[0], zr=zr_op.outputs[0], c=c, sum=summ[0].outputs[0],
+                                        inv=inv_chain[2], a=mul.outputs[0], out=out_op.outputs[0]).items()}
+        ops = [op, *w_chain[0], wn_op, h_op, z_op, zr_op, *c_chain[0], summ[0], *inv_chain[0], mul, out_op]
+        tables = [w_chain[1].index, c_chain[1].index, inv_chain[1].index]
+        s = {n: t.s for n, t in pts.items()}
+        rqs = dict(rq_qk=product_rq(q.s, k.s, s["qk"]), rq_h=product_rq(s["wn"], rt.s, s["h"]),
+                   rq_zr=product_rq(s["z"], rt.s, s["zr"]), rq_sum=summ[2],
+                   rq_a=double_rq(s["c"], s["inv"], s["a"]), rq_out=product_rq(s["a"], v.s, s["out"]))
+        for n in ("wn", "z"):
+            if (pts[n].s, pts[n].z) != (np.float32(R.SCALE_UNIT), 0):
+                raise UnsupportedGraph(f"{pts[n].name}: L2_NORMALIZATION output must be (1/128, 0)")
+        zps = {n: pts[n].z for n in ("qk", "w", "h", "zr", "c", "sum", "inv", "a", "out")}
+        return self.core_call(ops, q, k, v, rt, zps, tables, rqs, int(summ[1].data.flat[0]), pts["out"].name)
+
+    def core_call(self, ops, q, k, v, r, zps, tables, rqs, ones, label) -> Call:
+        H, T = int(np.prod(q.shape[:-2])), q.shape[-2]
+        dr = r.shape[-1]
+        fields = dict(heads=H, tokens=T, d_head=q.shape[-1], d_osc=dr, d_value=v.shape[-1],
+                      table_w=Ref(tables[0]), table_c=Ref(tables[1]), table_inv=Ref(tables[2]),
+                      zp_q=q.z, zp_k=k.z, zp_v=v.z, zp_r=r.z, **{f"zp_{n}": zps[n] for n in zps}, ones=ones,
+                      **rqs, round_matmul=0, round_sum=0, round_mul=0)
+        out = [o for o in ops if o.kind in ("BATCH_MATMUL", CUSTOM_OSC)][-1].outputs[0]
+        args = [Struct("EdgeoscOscParams", fields), *(Ref(t.index) for t in (q, k, v, r)), Ref(out), "scratch"]
+        return self.emit("edgeosc_oscillator_core_int8", args, ops, label, scratch=T + 2 * dr)
+
+    def custom_core(self, op: Op) -> Call:
+        """EdgeOscAttention (export/tflite_op): its options' scales, recomputed for TFLite Micro's rounding."""
+        from flatbuffers import flexbuffers
+
+        from .tflite_op import POINTS
+        o = flexbuffers.Loads(op.custom)
+        q, k, v, r = (self.t(i) for i in op.inputs[:4])
+        out = self.t(op.outputs[0])
+        s = {p: float(np.float32(o[f"{p}_scale"])) for p in POINTS}
+        zps = {p: int(o.get(f"{p}_zero_point", 0)) for p in POINTS}
+        zps["out"] = out.z
+        if len(op.inputs) >= 7:
+            tables = op.inputs[4:7]
+        else:  # tables in the options: add them as constant tensors
+            tables = []
+            for name in ("table_w", "table_c", "table_inv"):
+                data = np.frombuffer(bytes(o[name]), np.int8)
+                tables.append(len(self.g.tensors))
+                self.g.tensors.append(Tensor(len(self.g.tensors), f"{out.name}/{name}", (256,), np.dtype(np.int8),
+                                             np.ones(1, np.float32), np.zeros(1, np.int64), data))
+        ones, ones_scale = int(o.get("ones", 1)), float(np.float32(o.get("ones_scale", 1.0)))
+        unit = float(np.float32(R.SCALE_UNIT))
+        rqs = dict(rq_qk=product_rq(q.s, k.s, s["qk"]), rq_h=product_rq(unit, r.s, s["h"]),
+                   rq_zr=product_rq(unit, r.s, s["zr"]), rq_sum=product_rq(s["c"], ones_scale, s["sum"]),
+                   rq_a=double_rq(s["c"], s["inv"], s["a"]), rq_out=product_rq(s["a"], v.s, out.s))
+        return self.core_call([op], q, k, v, r, zps, tables, rqs, ones, out.name)
+
+    def softmax_core(self, op: Op):
+        """qk = BMM(q, k^T), a = SOFTMAX(qk), out = BMM(a, v)."""
+        if op.kind != "BATCH_MATMUL" or not op.options.adjY or op.options.adjX:
+            return None
+        sm = self.g.sole_consumer(op.outputs[0], "SOFTMAX")
+        out_op = sm and self.g.sole_consumer(sm.outputs[0], "BATCH_MATMUL")  # None or an Op
+        if not out_op or out_op.inputs[0] != sm.outputs[0] or out_op.options.adjY or out_op.options.adjX:
+            return None
+        q, k, qk, a, v, out = (self.t(i) for i in (*op.inputs, op.outputs[0], sm.outputs[0], out_op.inputs[1],
+                                                    out_op.outputs[0]))
+        mult, shift, diff_min = self.softmax_params(qk, a, sm)
+        fields = dict(heads=int(np.prod(q.shape[:-2])), tokens=q.shape[-2], d_head=q.shape[-1], d_value=v.shape[-1],
+                      zp_q=q.z, zp_k=k.z, zp_v=v.z, zp_qk=qk.z, zp_out=out.z, rq_qk=product_rq(q.s, k.s, qk.s),
+                      rq_out=product_rq(a.s, v.s, out.s), beta_multiplier=mult, beta_left_shift=shift,
+                      diff_min=diff_min, round_matmul=0,
+                      exp_lut=Array(R.softmax_exp_table(mult, shift, diff_min), f"{out.name}_exp"))
+        args = [Struct("EdgeoscSoftmaxParams", fields), Ref(q.index), Ref(k.index), Ref(v.index), Ref(out.index),
+                "scratch"]
+        return self.emit("edgeosc_softmax_core_int8", args, [op, sm, out_op], out.name, scratch=q.shape[-2])
+
+    def softmax_params(self, x: Tensor, out: Tensor, op: Op):
+        if (out.s, out.z) != (np.float32(1 / 256), -128) or x.dtype != np.int8:
+            raise UnsupportedGraph(f"{out.name}: int8 SOFTMAX needs output (1/256, -128)")
+        return R.softmax_params(x.s, float(np.float32(op.options.beta)))
+
+    # ---- one op, one call ---------------------------------------------------------------------------
+    def single(self, op: Op):
+        handler = getattr(self, f"op_{op.kind.lower()}", None)
+        if handler is None:
+            raise UnsupportedGraph(f"op {op.index} {op.kind} ({self.label(op)}) has no firmware kernel")
+        for i in op.outputs:
+            if self.t(i).dtype != np.int8:
+                raise UnsupportedGraph(f"op {op.index} {op.kind}: only int8 outputs are supported, "
+                                       f"{self.t(i).name} is {self.t(i).dtype}")
+        return handler(op)
+
+    def op_reshape(self, op: Op):
+        self.alias[op.outputs[0]] = self.alias.get(op.inputs[0], op.inputs[0])
+        self.done.add(op.index)
+        return None
+
+    def op_conv_2d(self, op: Op):
+        x, w, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
+        bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+        o = op.options
+        if x.shape[0] != 1 or w.data is None or np.any(w.zp):
+            raise UnsupportedGraph(f"{out.name}: CONV_2D needs batch 1 and constant symmetric weights")
+        pads = []
+        for size, k, stride, dil, osize in ((x.shape[1], w.shape[1], o.strideH, o.dilationHFactor, out.shape[1]),
+                                            (x.shape[2], w.shape[2], o.strideW, o.dilationWFactor, out.shape[2])):
+            total = (osize - 1) * stride + (k - 1) * dil + 1 - size  # ComputePaddingWithOffset
+            pads.append(max(total, 0) // 2 if o.padding == schema.Padding.SAME else 0)
+        lo, hi = act_range(out, o.fusedActivationFunction)
+        p = Struct("EdgeoscConvParams", dict(
+            in_h=x.shape[1], in_w=x.shape[2], in_c=x.shape[3], out_h=out.shape[1], out_w=out.shape[2],
+            out_c=out.shape[3], k_h=w.shape[1], k_w=w.shape[2], stride_h=o.strideH, stride_w=o.strideW,
+            dil_h=o.dilationHFactor, dil_w=o.dilationWFactor, pad_top=pads[0], pad_left=pads[1], zp_in=x.z,
+            zp_out=out.z, act_min=lo, act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
+            rq=channel_rq(x, w, out, out.name, conv=True)))
+        return self.emit("edgeosc_conv2d_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
+
+    def op_fully_connected(self, op: Op):
+        x, w, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
+        bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+        if w.data is None or np.any(w.zp) or w.data.ndim != 2:
+            raise UnsupportedGraph(f"{out.name}: FULLY_CONNECTED needs constant symmetric 2-D weights")
+        lo, hi = act_range(out, op.options.fusedActivationFunction)
+        p = Struct("EdgeoscFcParams", dict(
+            rows=x.size // w.shape[1], depth=w.shape[1], units=w.shape[0], zp_in=x.z, zp_out=out.z, act_min=lo,
+            act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
+            rq=channel_rq(x, w, out, out.name)))
+        return self.emit("edgeosc_fc_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
+
+    def binary(self, op: Op):
+        a, b, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
+        if a.dtype != np.int8 or b.dtype != np.int8:
+            raise UnsupportedGraph(f"{out.name}: {op.kind} needs int8 inputs")
+        lo, hi = act_range(out, op.options.fusedActivationFunction)
+        return a, b, out, dict(shape=broadcast(a.shape, b.shape, out.shape), zp_a=a.z, zp_b=b.z, zp_out=out.z,
+                               act_min=lo, act_max=hi)
+
+    def op_add(self, op: Op, subtract: int = 0):
+        a, b, out, f = self.binary(op)
+        twice_max = 2.0 * float(max(a.scale[0], b.scale[0]))  # max of the float32 scales, then double
+        left_shift = 20
+        p = Struct("EdgeoscAddParams", dict(
+            **f, left_shift=left_shift, subtract=subtract, rq_a=rq(a.s / twice_max), rq_b=rq(b.s / twice_max),
+            rq_out=rq(twice_max / ((1 << left_shift) * out.s))))
+        return self.emit("edgeosc_add_int8", [p, Ref(a.index), Ref(b.index), Ref(out.index)], [op], out.name)
+
+    def op_sub(self, op: Op):
+        return self.op_add(op, subtract=1)
+
+    def op_mul(self, op: Op):
+        a, b, out, f = self.binary(op)
+        p = Struct("EdgeoscMulParams", dict(**f, rq=double_rq(a.s, b.s, out.s)))
+        return self.emit("edgeosc_mul_int8", [p, Ref(a.index), Ref(b.index), Ref(out.index)], [op], out.name)
+
+    def op_batch_matmul(self, op: Op):
+        a, b, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
+        adj_y = int(op.options.adjY)
+        if op.options.adjX:
+            raise UnsupportedGraph(f"{out.name}: BATCH_MATMUL with adj_x")
+        ba, bb = int(np.prod(a.shape[:-2])), int(np.prod(b.shape[:-2]))
+        if ba != bb and 1 not in (ba, bb):
+            raise UnsupportedGraph(f"{out.name}: BATCH_MATMUL batch shapes {a.shape}, {b.shape}")
+        p = Struct("EdgeoscBatchMatmulParams", dict(
+            batch=max(ba, bb), batch_a=ba, batch_b=bb, rows=a.shape[-2], depth=a.shape[-1],
+            cols=b.shape[-2] if adj_y else b.shape[-1], adj_y=adj_y, zp_a=a.z, zp_b=b.z, zp_out=out.z,
+            rq=product_rq(a.s, b.s, out.s)))
+        return self.emit("edgeosc_batch_matmul_int8", [p, Ref(a.index), Ref(b.index), Ref(out.index)], [op], out.name)
+
+    def op_l2_normalization(self, op: Op):
+        x, out = self.t(op.inputs[0]), self.t(op.outputs[0])
+        if (out.s, out.z) != (np.float32(R.SCALE_UNIT), 0):
+            raise UnsupportedGraph(f"{out.name}: int8 L2_NORMALIZATION needs output (1/128, 0)")
+        d = x.shape[-1]
+        return self.emit("edgeosc_l2norm_int8", [x.size // d, d, x.z, Ref(x.index), Ref(out.index)], [op], out.name)
+
+    def op_softmax(self, op: Op):
+        x, out = self.t(op.inputs[0]), self.t(op.outputs[0])
+        table = Array(R.softmax_exp_table(*self.softmax_params(x, out, op)), f"{out.name}_exp")
+        d = x.shape[-1]
+        return self.emit("edgeosc_softmax_int8", [x.size // d, d, table, Ref(x.index), Ref(out.index)], [op], out.name)
+
+    def op_transpose(self, op: Op):
+        x, perm, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
+        if perm.data is None or len(x.shape) > 4:
+            raise UnsupportedGraph(f"{out.name}: TRANSPOSE needs a constant permutation of <= 4 dims")
+        pad = 4 - len(x.shape)
+        dense = np.cumprod((1,) + x.shape[:0:-1])[::-1]
+        p = Struct("EdgeoscTransposeParams", dict(out_dims=[1] * pad + list(out.shape),
+                                                  in_strides=[0] * pad + [int(dense[i]) for i in perm.data]))
+        return self.emit("edgeosc_transpose_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
+
+
+def lower(g: Graph, fuse: bool = True) -> tuple[list[Call], dict]:
+    """Kernel calls in execution order, and the RESHAPE aliases (tensor -> tensor whose storage it shares)."""
+    low = Lowering(g, fuse)
+    return low.run(), low.alias
