@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/edgeosc demo --out $(RUNS)/demo
+	$(VENV)/bin/edgeosc pipeline --out $(RUNS)/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -1,4 +1,4 @@
-"""The `edgeosc` command line: data, train (float, QAT, PTQ), eval, demo, summary, export and benchmarks."""
+"""The `edgeosc` command line: data, train (float, QAT, PTQ), eval, pipeline, compare, summary, exports, benchmarks."""
 from __future__ import annotations
 
 import functools
@@ -215,35 +215,56 @@ def eval_cmd(checkpoint, cache_dir, split, device, interpreter, as_json, **data_
     click.echo(f"{split} accuracy {res['accuracy']:.4f} on {res['n']} clips ({loss})")
 
 
-# ------------------------------------------------------------------------------- demo, summary
+# ----------------------------------------------------------------------------- pipeline, compare
 
 @main.command()
-@click.option("--out", type=click.Path(file_okay=False), default="runs/demo", show_default=True)
-@click.option("--epochs", type=int, default=TrainConfig.epochs, show_default=True)
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="TOML file with every option (edgeosc/pipeline.py); the options below override it.")
+@click.option("--dataset", type=click.Choice(DATASETS), default=None, help="Overrides [data] dataset.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Overrides [data] data_dir.")
+@click.option("--epochs", type=int, default=None, help="Overrides [train] epochs (float training).")
+@click.option("--qat-epochs", type=int, default=None, help="Overrides [qat] epochs.")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.FIELD=VALUE",
+              help="Any other override, e.g. --set model.d_osc=2 (value parsed as TOML).")
+@click.option("--out", type=click.Path(file_okay=False), default="runs/pipeline", show_default=True)
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--quiet", is_flag=True)
 @friendly_errors
-def demo(out, epochs, cache_dir, quiet):
-    """The main job on the embedded default: synthesize keywords, train oscillator and softmax, compare."""
-    from .data import load_dataset
-    from .train import train as run_train
-    data_cfg = DataConfig()
-    ds = load_dataset(data_cfg, cache_dir, progress=not quiet)
-    click.echo(f"data: {describe(ds)}")
-    rows = []
-    for attention in ("oscillator", "softmax"):
-        click.echo(f"training {attention} attention ...")
-        res = run_train(ds, Path(out) / attention, model_cfg=ModelConfig(attention=attention),
-                        feature_cfg=FeatureConfig(), train_cfg=TrainConfig(epochs=epochs), data_cfg=data_cfg,
-                        resume=True, progress=not quiet)
-        rows.append(res)
-    click.echo(f"\n{'attention':<12}{'params':>8}{'epochs':>8}{'val acc':>9}{'test acc':>10}")
-    for r in rows:
-        click.echo(f"{r['attention']:<12}{r['parameters']:>8}{r['epochs']:>8}{r['best_val_accuracy']:>9.4f}"
-                   f"{r['test_accuracy']:>10.4f}")
-    click.echo(f"test accuracy, oscillator - softmax: {100 * (rows[0]['test_accuracy'] - rows[1]['test_accuracy']):+.2f} "
-               f"points (voice-disjoint synthetic test set; run folders under {out})")
+def pipeline(config_path, dataset, data_dir, epochs, qat_epochs, settings, out, cache_dir, quiet):
+    """The main job: data -> float training of the oscillator and softmax models -> QAT -> every export ->
+    parity checks -> latency -> the compare report. Re-running skips what is done and resumes what was cut."""
+    import tomllib
+    from .pipeline import PipelineError, load_config, run_pipeline
+    overrides = {k: v for k, v in (("data.dataset", dataset), ("data.data_dir", data_dir), ("train.epochs", epochs),
+                                   ("qat.epochs", qat_epochs)) if v is not None}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r}: expected SECTION.FIELD=VALUE", param_hint="--set")
+        try:
+            overrides[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            overrides[key.strip()] = value  # a bare word: a string
+    cfg = load_config(config_path, overrides)
+    try:
+        report = run_pipeline(cfg, out, cache_dir, progress=not quiet, echo=click.echo)
+    except PipelineError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"report: {report}")
 
+
+@main.command()
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--board", "boards", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A bench JSON measured on a board (`edgeosc bench --json` on a Raspberry Pi); repeatable.")
+@friendly_errors
+def compare(run, boards):
+    """(Re)write RUN's oscillator-vs-softmax report (Markdown, JSON, plots), merging board measurements."""
+    from .report import write_report
+    click.echo(f"report: {write_report(run, None, boards)}")
+
+
+# ------------------------------------------------------------------------------------ summary
 
 @main.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
@@ -305,13 +326,15 @@ def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
 
 @main.command("export")
 @click.argument("source", type=click.Path())
-@click.option("--format", "target", type=click.Choice(["onnx", "tflite"]), default="onnx", show_default=True)
+@click.option("--format", "target", type=click.Choice(["onnx", "tflite", "c"]), default="onnx", show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Export folder (default <run folder>/export-<format>).")
+              help="Export folder (default <run folder>/export-<format>; c: firmware_models/<name>).")
 @click.option("--opset", type=int, default=ExportConfig.opset, show_default=True, help="ONNX opset.")
+@click.option("--name", default=None, help="c: the model's C name (default the --out folder's, or SOURCE's stem).")
+@click.option("--no-fuse", is_flag=True, help="c: run the attention cores op by op, not as fused row kernels.")
 @friendly_errors
-def export_cmd(source, target, out, opset):
-    """Export SOURCE (a run folder's best.pt, or a checkpoint) as model files with a manifest.
+def export_cmd(source, target, out, opset, name, no_fuse):
+    """Export SOURCE (a run folder's best.pt, or a checkpoint; for c also an int8 .tflite) as model files.
 
     ONNX: float.onnx, int8_qcdq.onnx (QAT/PTQ checkpoints) and, for oscillator networks, *_op.onnx with
     the core as one ai.edgeosc::OscillatorAttention node (export/oscillator_attention.md).
@@ -319,12 +342,35 @@ def export_cmd(source, target, out, opset):
     TFLite: float.tflite, int8.tflite (QAT/PTQ checkpoints; full-integer, builtin ops, the QAT scales) and,
     for oscillator networks, int8_custom.tflite with the core as one EdgeOscAttention custom op
     (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter.
+
+    C: firmware_models/<name>/ (int8 TFLite graph -> C99 kernels calls, weights, generated settings,
+    static arena; bit-exact with TFLite Micro), from int8.tflite, int8_custom.tflite or a QAT checkpoint.
     """
+    if target == "c":
+        return export_c(Path(source), out, name, not no_fuse)
     from .export import MANIFEST, export_checkpoint
     folder = export_checkpoint(source, out, target, ExportConfig(opset=opset))
     manifest = json.loads((folder / MANIFEST).read_text())
     for name, info in manifest["files"].items():
         click.echo(f"{folder / name}  {info['bytes']:>9} bytes  sha256 {info['sha256'][:12]}")
+
+
+def export_c(source: Path, out, name, fuse: bool) -> None:
+    from .export import firmware
+    if source.suffix == ".tflite":
+        name = firmware.c_name(name or (Path(out).name if out else source.stem))
+        folder = Path(out or firmware.FIRMWARE / name)
+        firmware.generate(source, folder, name, fuse=fuse)
+    else:
+        from .export import export_checkpoint
+        run = source if source.is_dir() else source.parent
+        folder = Path(out or firmware.FIRMWARE / firmware.c_name(name or run.name))
+        export_checkpoint(source, folder, "c")
+    info = json.loads((folder / firmware.INFO).read_text())
+    click.echo(f"{folder}: {info['name']}, {info['calls']} kernel calls for {info['ops']} TFLite ops")
+    click.echo(f"flash: {info['const_bytes'] + info['param_bytes']} bytes of weights, tables and parameters "
+               f"(+ kernel code: make -C firmware_models cortex-m4 sizes)")
+    click.echo(f"RAM:   {info['arena_bytes']} bytes of arena (activations, input, output, scratch; + stack)")
 
 
 @main.command("export-bench")

@@ -146,6 +146,15 @@ class ExportConfig:
     opset: int = 17  # Brevitas' QCDQ export is tested at 17; LayerNormalization needs >= 17
 
 
+@dataclass(frozen=True)
+class BenchConfig:
+    """Latency benchmarks of exported models (bench/latency.py): batch 1, interleaved runs."""
+
+    runs: int = 200
+    warmup: int = 20
+    threads: int = 1
+
+
 def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
@@ -159,8 +168,15 @@ def from_dict(cls, d: dict):
             raise ValueError(f"{cls.__name__} has no field {k!r}")
         default = hints[k].default_factory() if hints[k].default_factory is not dataclasses.MISSING else hints[k].default
         if dataclasses.is_dataclass(default):
+            if not isinstance(v, dict):
+                raise ValueError(f"{cls.__name__}.{k} is a table of fields, not {v!r}")
             v = from_dict(type(default), v)
         elif isinstance(default, tuple) and isinstance(v, list):
             v = tuple(v)
+        elif isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if default is not None and not dataclasses.is_dataclass(default) and (
+                type(v) is not type(default) and not (isinstance(default, tuple) and isinstance(v, tuple))):
+            raise ValueError(f"{cls.__name__}.{k} must be {type(default).__name__}, not {v!r}")
         kwargs[k] = v
     return cls(**kwargs)

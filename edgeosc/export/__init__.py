@@ -10,7 +10,7 @@ from pathlib import Path
 from ..config import ExportConfig, to_dict
 from ..io import sha256_file, write_json
 
-TARGETS = {"onnx": "edgeosc.export.onnx", "tflite": "edgeosc.export.tflite"}
+TARGETS = {"onnx": "edgeosc.export.onnx", "tflite": "edgeosc.export.tflite", "c": "edgeosc.export.firmware"}
 MANIFEST = "manifest.json"
 TOOLS = ("edgeosc", "torch", "brevitas", "onnx", "onnxruntime", "onnxoptimizer", "numpy", "flatbuffers",
          "tflite-runtime", "ai-edge-litert", "tflite-micro")

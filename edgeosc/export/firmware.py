@@ -1,11 +1,12 @@
 """C firmware export: an int8 .tflite (or a QAT model) -> firmware_models/<name>/ (portable C99, no malloc).
 
-generate() writes four files (firmware_models/README.md):
+generate() writes these files, and firmware.json (source hash, sizes; firmware_models/README.md):
   <name>_model.h     the API: <name>_invoke(input, output), the EdgeoscModel descriptor, I/O sizes
   <name>_weights.h   constant tensors the kernels read (int8 weights and tables, int32 biases)
   <name>_settings.h  every multiplier, shift, zero point, shape and exp table, computed here as TFLite
                      Micro's Prepare does (firmware_ops.py): nothing is copied by hand
   <name>_model.c     the static arena and the inference function: one kernel call per op or pattern
+  <name>_frontend.c  the log-mel front end's tables (window, twiddles, mel filters) for a FeatureConfig
 The arena holds every activation, the input, the output and kernel scratch. Its size comes from a
 liveness plan made here: a buffer lives from the call that writes it to the last call that reads it
 (graph inputs from the start, outputs to the end), and buffers are placed largest first at the lowest
@@ -21,13 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ExportConfig
+from ..config import ExportConfig, FeatureConfig
+from ..features import mfcc_constants
+from ..io import write_json
 from .firmware_ops import Array, Call, Graph, Ref, Struct, lower, read_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRMWARE = ROOT / "firmware_models"
 ALIGN = 4
 POINTER_BYTES = 4  # on Cortex-M: every parameter struct field is an int32_t or a pointer
+INFO = "firmware.json"  # what generate() wrote: source, sizes, options
 
 
 def c_name(s: str) -> str:
@@ -93,11 +97,36 @@ def plan_arena(g: Graph, calls: list[Call], alias: dict) -> tuple[dict, int]:
 
 # ---- C text --------------------------------------------------------------------------------------------
 
-def c_array(ctype: str, name: str, values) -> str:
+def c_float(v: float) -> str:
+    """A float32 literal that parses back to the same float32 (9 significant digits)."""
+    s = "%.9g" % float(np.float32(v))
+    return s + ("f" if any(c in s for c in ".en") else ".0f")
+
+
+def c_array(ctype: str, name: str, values, static: bool = True) -> str:
     v = np.asarray(values).ravel()
-    per = 20 if ctype == "int8_t" else 8
-    rows = [", ".join(str(int(x)) for x in v[i:i + per]) for i in range(0, len(v), per)]
-    return f"static const {ctype} {name}[{len(v)}] = {{\n  " + ",\n  ".join(rows) + "};\n"
+    per = 20 if ctype == "int8_t" else 6 if ctype == "float" else 8
+    fmt = c_float if ctype == "float" else lambda x: str(int(x))
+    rows = [", ".join(fmt(x) for x in v[i:i + per]) for i in range(0, len(v), per)]
+    return f"{'static ' if static else ''}const {ctype} {name}[{len(v)}] = {{\n  " + ",\n  ".join(rows) + "};\n"
+
+
+def frontend_source(cfg: FeatureConfig, name: str, head: str) -> str:
+    """C tables and the EdgeoscFrontend <name>_frontend of a FeatureConfig (features.mfcc_constants)."""
+    c, n = mfcc_constants(cfg), cfg.frame_length
+    k = np.arange(n // 2) * 2 * np.pi / n
+    arrays = dict(window=("float", c["window"]), cos_table=("float", np.cos(k)), sin_table=("float", np.sin(k)),
+                  filter_pos=("uint16_t", c["filter_pos"]), filter_len=("uint16_t", c["filter_lengths"]),
+                  filter_coefs=("float", c["filter_coefs"]))
+    if cfg.n_mfcc:
+        arrays["dct"] = ("float", c["dct"])
+    body = "".join(c_array(t, f"{name}_{k}", v) for k, (t, v) in arrays.items())
+    fields = dict(frame_length=n, hop_length=cfg.hop_length, n_frames=cfg.n_frames, n_mels=cfg.n_mels,
+                  n_mfcc=cfg.n_mfcc, normalize=int(cfg.normalize == "utterance"),
+                  **{k: f"{name}_{k}" for k in arrays}, dct=f"{name}_dct" if cfg.n_mfcc else "NULL")
+    return (f"{head}/* Front end tables of {cfg} (edgeosc/features.py). */\n#include <stddef.h>\n\n"
+            f"#include \"edgeosc_frontend.h\"\n\n{body}\nconst EdgeoscFrontend {name}_frontend = {{\n  "
+            + ",\n  ".join(f".{k} = {v}" for k, v in fields.items()) + "};\n")
 
 
 def fields(v) -> int:
@@ -183,7 +212,7 @@ class Emitter:
             return f"  if ({text}) return -1; /* {call.label}: {kinds} */\n"
         return f"  {text}; /* {call.label}: {kinds} */\n"
 
-    def files(self, source: str) -> dict[str, str]:
+    def files(self, source: str, frontend: bool) -> dict[str, str]:
         n, N, g = self.name, self.name.upper(), self.g
         body = [self.call(i, c) for i, c in enumerate(self.calls)]
         x, y = g.tensors[g.inputs[0]], g.tensors[g.outputs[0]]
@@ -198,7 +227,10 @@ class Emitter:
                    f"#define {N}_ARENA_BYTES {self.arena} /* activations, input, output and scratch */\n\n"
                    f"/** Runs the model on its input block (in the arena); 0, or -1 if a kernel rejects its "
                    f"parameters. */\nint {n}_run(void);\n\n"
-                   f"extern const EdgeoscModel {n}_model;\n\n#endif /* {N}_MODEL_H_ */\n")
+                   f"extern const EdgeoscModel {n}_model;\n"
+                   + (f"\n#include \"edgeosc_frontend.h\"\n\n/* The features this model reads ({n}_frontend.c). */\n"
+                      f"extern const EdgeoscFrontend {n}_frontend;\n" if frontend else "")
+                   + f"\n#endif /* {N}_MODEL_H_ */\n")
         settings = (f"{head}/* Kernel parameters of {n} as TFLite Micro's Prepare computes them "
                     f"(edgeosc/export/firmware_ops.py). */\n#ifndef {N}_SETTINGS_H_\n#define {N}_SETTINGS_H_\n\n"
                     + "".join(self.arrays) + "\n" + "".join(self.structs) + f"\n#endif /* {N}_SETTINGS_H_ */\n")
@@ -208,7 +240,7 @@ class Emitter:
                    f"int {n}_run(void) {{\n  int8_t *const a = arena.bytes;\n" + "".join(body) + "  return 0;\n}\n\n"
                    f"const EdgeoscModel {n}_model = {{\"{n}\", arena.bytes + {self.offsets[self.alias.get(g.inputs[0], g.inputs[0])]}, "
                    f"{N}_INPUT_BYTES, arena.bytes + {self.offsets[self.alias.get(g.outputs[0], g.outputs[0])]}, {N}_OUTPUT_BYTES,\n"
-                   f"  {N}_ARENA_BYTES, {x.s!r}f, {x.z}, {y.s!r}f, {y.z}, {n}_run}};\n")
+                   f"  {N}_ARENA_BYTES, {c_float(x.s)}, {x.z}, {c_float(y.s)}, {y.z}, {n}_run}};\n")
         weights_h = (f"{head}/* Constant tensors of {n} (flash). */\n#ifndef {N}_WEIGHTS_H_\n#define {N}_WEIGHTS_H_\n\n"
                      f"#include <stdint.h>\n\n{weights}\n#endif /* {N}_WEIGHTS_H_ */\n")
         return {f"{n}_model.h": model_h, f"{n}_weights.h": weights_h, f"{n}_settings.h": settings,
@@ -217,11 +249,13 @@ class Emitter:
 
 # ---- entry points -------------------------------------------------------------------------------------
 
-def generate(tflite_path, out_dir, name: str | None = None, fuse: bool = True) -> dict:
+def generate(tflite_path, out_dir, name: str | None = None, fuse: bool = True,
+             features: FeatureConfig | None = FeatureConfig()) -> dict:
     """Writes firmware_models-style C for an int8 .tflite into out_dir; returns names, files and sizes.
 
     fuse: run the attention cores as edgeosc_oscillator_core_int8 / edgeosc_softmax_core_int8 (row by
-    row, same integers) instead of op by op.
+    row, same integers) instead of op by op. features: also write <name>_frontend.c, the front end's
+    tables for this FeatureConfig (the model input must be its [1, frames, coefficients]); None: none.
     """
     path, out_dir = Path(tflite_path), Path(out_dir)
     data = path.read_bytes()
@@ -232,14 +266,24 @@ def generate(tflite_path, out_dir, name: str | None = None, fuse: bool = True) -
             raise ValueError(f"{path}: graph input/output {g.tensors[t].name} is {g.tensors[t].dtype}, not int8")
     calls, alias = lower(g, fuse)
     em = Emitter(name, g, calls, alias)
-    files = em.files(f"{path.name} (sha256 {hashlib.sha256(data).hexdigest()[:16]})")
+    source = f"{path.name} (sha256 {hashlib.sha256(data).hexdigest()[:16]})"
+    files = em.files(source, features is not None)
+    if features is not None:
+        shape = g.tensors[g.inputs[0]].shape
+        if tuple(shape) != (1, features.n_frames, features.n_coeffs):
+            raise ValueError(f"{path}: input {shape} is not the features' [1, {features.n_frames}, "
+                             f"{features.n_coeffs}] (pass features=None for no front end)")
+        files[f"{name}_frontend.c"] = frontend_source(features, name, f"/* Generated by edgeosc/export/firmware.py "
+                                                                     f"for {source}; do not edit. */\n")
     out_dir.mkdir(parents=True, exist_ok=True)
     for fname, text in files.items():
         (out_dir / fname).write_text(text)
     params = em.param_fields * POINTER_BYTES
-    return dict(name=name, dir=out_dir, files=sorted(files), calls=len(calls), arena_bytes=em.arena,
-                const_bytes=em.const_bytes, param_bytes=params, flash_bytes=em.const_bytes + params,
-                ram_bytes=em.arena)
+    info = dict(name=name, source=str(path), sha256=hashlib.sha256(data).hexdigest(), fuse=fuse,
+                files=sorted(files), calls=len(calls), ops=len(g.ops), arena_bytes=em.arena,
+                const_bytes=em.const_bytes, param_bytes=params)
+    write_json(out_dir / INFO, info)
+    return dict(info, dir=out_dir)
 
 
 def export(model, cfg: ExportConfig, out_dir: str | Path) -> Path:
@@ -250,11 +294,13 @@ def export(model, cfg: ExportConfig, out_dir: str | Path) -> Path:
 
     if not hasattr(model, "quant_cfg"):
         raise ValueError("C firmware export needs a QAT (int8) model")
-    out_dir = Path(out_dir)
+    out_dir, features = Path(out_dir), FeatureConfig()
+    if (model.net.cfg.n_frames, model.net.cfg.n_coeffs) != (features.n_frames, features.n_coeffs):
+        features = None  # not the default front end's features: no front end tables
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         model.eval()
         path = Path(tmp) / "int8.tflite"
         path.write_bytes(TFLiteGraph(model.net, model).build())
-        generate(path, out_dir)
+        generate(path, out_dir, features=features)
         (out_dir / "int8.tflite").write_bytes(path.read_bytes())
     return out_dir

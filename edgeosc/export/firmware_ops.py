@@ -225,9 +225,13 @@ class Lowering:
 
     # ---- patterns ---------------------------------------------------------------------------------
     def lut_chain(self, x: int):
-        """CAST(x) -> ADD(+128) -> GATHER(table[256]): (ops, table tensor, output) or None."""
+        """CAST(x) -> ADD(+128) -> GATHER(table[256]), x read by nothing else: (ops, table, output) or None."""
         cast = self.g.sole_consumer(x, "CAST")
-        if cast is None:
+        return None if cast is None else self.lut_from_cast(cast)
+
+    def lut_from_cast(self, cast: Op):
+        """The table lookup a CAST int8 -> int32 starts: (ops, table tensor, output) or None."""
+        if self.t(cast.inputs[0]).dtype != np.int8:
             return None
         add = self.g.sole_consumer(cast.outputs[0], "ADD")
         if add is None:
@@ -243,9 +247,7 @@ class Lowering:
         return [cast, add, gather], table, gather.outputs[0]
 
     def lut(self, op: Op):
-        if op.kind != "CAST" or self.t(op.inputs[0]).dtype != np.int8:
-            return None
-        chain = self.lut_chain(op.inputs[0])
+        chain = self.lut_from_cast(op) if op.kind == "CAST" else None
         if chain is None:
             return None
         ops, table, out = chain
@@ -380,7 +382,7 @@ class Lowering:
         if op.kind != "BATCH_MATMUL" or not op.options.adjY or op.options.adjX:
             return None
         sm = self.g.sole_consumer(op.outputs[0], "SOFTMAX")
-        out_op = sm and self.g.sole_consumer(sm.outputs[0], "BATCH_MATMUL")  # None or an Op
+        out_op = sm and self.g.sole_consumer(sm.outputs[0], "BATCH_MATMUL")
         if not out_op or out_op.inputs[0] != sm.outputs[0] or out_op.options.adjY or out_op.options.adjX:
             return None
         q, k, qk, a, v, out = (self.t(i) for i in (*op.inputs, op.outputs[0], sm.outputs[0], out_op.inputs[1],

@@ -1,0 +1,162 @@
+"""The main job end to end: data -> float training -> QAT -> exports -> parity -> bench -> compare report.
+
+Each stage writes its outputs into <run>/<stage>/ with a stage.json manifest: the hash of its inputs
+(configuration and the manifests of the stages it reads), its status and its results. A re-run skips
+a stage whose inputs are unchanged and done; an interrupted stage resumes (training continues from
+last.pt); a stage whose inputs changed starts afresh; a failing stage stops the pipeline with its name,
+keeping what earlier stages wrote.
+
+A TOML config holds every option, one table per config dataclass (config.py):
+    kinds = ["oscillator", "softmax"]
+    [data]      dataset, data_dir, ...          [features]  n_mels, ...
+    [model]     size, d_osc, p, ...             [train]     epochs, lr, ...
+    [qat]       the QAT run's TrainConfig fields (default epochs 10, lr 3e-4)
+    [quant]     preset, calibration_batches     [export]    opset
+    [bench]     runs, warmup, threads
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+import tomllib
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .config import (QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig, ExportConfig, FeatureConfig, ModelConfig,
+                     QuantConfig, TrainConfig, from_dict, to_dict)
+from .io import write_json
+
+KINDS = ("oscillator", "softmax")
+MANIFEST = "stage.json"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    kinds: tuple[str, ...] = KINDS
+    data: DataConfig = field(default_factory=DataConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    qat: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=QAT_EPOCHS, lr=QAT_LR))
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+
+    def __post_init__(self):
+        if not self.kinds or set(self.kinds) - set(KINDS):
+            raise ValueError(f"kinds must be a non-empty subset of {list(KINDS)}, not {list(self.kinds)}")
+
+
+class PipelineError(RuntimeError):
+    """A stage failed; the message names it. Earlier stages' outputs are kept."""
+
+
+def load_config(path: str | Path | None = None, overrides: dict | None = None) -> PipelineConfig:
+    """The TOML file (if any) with `overrides` ({"train.epochs": 5, ...}) applied; every key and value checked."""
+    spec = {}
+    if path is not None:
+        try:
+            spec = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ValueError(f"{path}: cannot read the pipeline config ({e})") from None
+    for key, value in (overrides or {}).items():  # "train.augment.noise_prob" -> spec[train][augment][noise_prob]
+        *tables, name = key.split(".")
+        node = spec
+        for t in tables:
+            node = node.setdefault(t, {})
+        node[name] = value
+    base = to_dict(PipelineConfig())
+    qat = spec.get("qat", {})
+    spec["qat"] = {**{k: base["qat"][k] for k in ("epochs", "lr")}, **qat}  # QAT's own defaults
+    if spec.get("data", {}).get("data_dir"):
+        spec["data"]["data_dir"] = str(Path(spec["data"]["data_dir"]).expanduser().resolve())
+    try:
+        return from_dict(PipelineConfig, spec)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{path or 'pipeline config'}: {e}") from None
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Stage:
+    name: str
+    inputs: dict  # everything the outputs depend on (configs, upstream stage keys)
+    run: Callable[[Path], dict]  # folder -> results (json-able)
+
+
+def run_stage(run_dir: Path, stage: Stage, echo=print) -> dict:
+    """Run, resume or skip one stage; returns its manifest."""
+    folder = run_dir / stage.name
+    key = _digest(stage.inputs)
+    path = folder / MANIFEST
+    old = json.loads(path.read_text()) if path.is_file() else None
+    if old and old["key"] == key and old["status"] == "done":
+        echo(f"[{stage.name}] up to date, skipped")
+        return old
+    if old and old["key"] != key:  # other inputs: nothing of the old outputs may leak into the new ones
+        shutil.rmtree(folder)
+    resuming = bool(old and old["key"] == key)
+    folder.mkdir(parents=True, exist_ok=True)
+    echo(f"[{stage.name}] {'resuming' if resuming else 'running'} ...")
+    manifest = dict(stage=stage.name, key=key, inputs=stage.inputs, status="running", started=time.time())
+    write_json(path, manifest)
+    t0 = time.perf_counter()
+    try:
+        results = stage.run(folder)
+    except KeyboardInterrupt:
+        raise PipelineError(f"stage {stage.name} interrupted; re-run the same command to resume") from None
+    except Exception as e:
+        write_json(path, dict(manifest, status="failed", error=f"{type(e).__name__}: {e}",
+                              traceback=traceback.format_exc()))
+        raise PipelineError(f"stage {stage.name} failed: {e} (outputs of earlier stages kept in {run_dir})") from e
+    manifest.update(status="done", seconds=round(time.perf_counter() - t0, 1), results=results)
+    write_json(path, manifest)
+    echo(f"[{stage.name}] done in {manifest['seconds']:.0f} s")
+    return manifest
+
+
+def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = True, echo=print):
+    """The stages in order (a generator: each stage's inputs include the keys of the ones it reads)."""
+    from . import stages as impl
+    data = yield Stage("data", dict(data=to_dict(cfg.data)), lambda f: impl.data(cfg, f, cache_dir, progress))
+    keys = {}
+    for kind in cfg.kinds:
+        model = dataclasses.replace(cfg.model, attention=kind)
+        common = dict(data=data["key"], model=to_dict(model), features=to_dict(cfg.features))
+        trained = yield Stage(f"train-{kind}", dict(common, train=to_dict(cfg.train)),
+                              lambda f, m=model: impl.train_float(cfg, m, run_dir, f, cache_dir, progress))
+        qat = yield Stage(f"qat-{kind}", dict(float=trained["key"], qat=to_dict(cfg.qat), quant=to_dict(cfg.quant)),
+                          lambda f, k=kind: impl.train_qat(cfg, run_dir / f"train-{k}", f, cache_dir, progress))
+        exported = yield Stage(f"export-{kind}", dict(qat=qat["key"], export=to_dict(cfg.export)),
+                               lambda f, k=kind: impl.export_all(cfg, run_dir / f"qat-{k}", f))
+        parity = yield Stage(f"parity-{kind}", dict(export=exported["key"]),
+                             lambda f, k=kind: impl.parity(cfg, run_dir, k, f, cache_dir))
+        keys[kind] = parity["key"]
+    bench = yield Stage("bench", dict(parity=keys, bench=to_dict(cfg.bench)),
+                        lambda f: impl.bench(cfg, run_dir, f))
+    yield Stage("report", dict(bench=bench["key"], parity=keys), lambda f: impl.report(cfg, run_dir, f))
+
+
+def run_pipeline(cfg: PipelineConfig, run_dir: str | Path, cache_dir=None, progress: bool = True,
+                 echo=print) -> Path:
+    """Run every stage (skipping the done ones); returns the report's path."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / "config.json", to_dict(cfg))
+    gen = stages(cfg, run_dir, cache_dir, progress, echo)
+    manifest = None
+    try:
+        while True:
+            stage = gen.send(manifest)
+            manifest = run_stage(run_dir, stage, echo)
+    except StopIteration:
+        pass
+    return run_dir / "report" / "report.md"

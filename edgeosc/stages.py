@@ -1,0 +1,102 @@
+"""What each pipeline stage does (pipeline.py orders, hashes, skips and resumes them)."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from .config import to_dict
+from .io import write_json
+
+
+def _dataset(cfg, cache_dir, progress=False):
+    from .data import load_dataset
+    return load_dataset(cfg.data, cache_dir, progress=progress)
+
+
+def data(cfg, folder: Path, cache_dir, progress: bool) -> dict:
+    """Decode (or synthesize) the dataset into the cache; record what it holds and a content hash."""
+    ds = _dataset(cfg, cache_dir, progress)
+    digest = hashlib.sha256()
+    for arr in (ds.audio, ds.labels, ds.split.astype("U"), ds.groups.astype("U")):
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    counts = {s: int(len(ds.indices(s))) for s in ("train", "val", "test")}
+    return dict(classes=list(ds.classes), clips=counts, skipped=len(ds.skipped), sha256=digest.hexdigest())
+
+
+def train_float(cfg, model_cfg, run_dir: Path, folder: Path, cache_dir, progress: bool) -> dict:
+    from .train import train
+    res = train(_dataset(cfg, cache_dir), folder, model_cfg=model_cfg, feature_cfg=cfg.features,
+                train_cfg=cfg.train, data_cfg=cfg.data, resume=True, progress=progress)
+    return _accuracy(res)
+
+
+def train_qat(cfg, float_dir: Path, folder: Path, cache_dir, progress: bool) -> dict:
+    from .quant import qat_builder
+    from .train import load_checkpoint, train
+    source = float_dir / "best.pt"
+    ckpt = load_checkpoint(source)
+    res = train(_dataset(cfg, cache_dir), folder, model_cfg=ckpt.model_cfg, feature_cfg=ckpt.feature_cfg,
+                train_cfg=cfg.qat, data_cfg=cfg.data, resume=True, progress=progress,
+                build=qat_builder(source, cfg.quant))
+    return _accuracy(res)
+
+
+def _accuracy(res: dict) -> dict:
+    keep = ("attention", "parameters", "epochs", "best_val_accuracy", "test_accuracy", "quant")
+    return {k: res[k] for k in keep if k in res}
+
+
+def export_all(cfg, qat_dir: Path, folder: Path) -> dict:
+    """ONNX and TFLite files of the QAT model (and the C firmware where the firmware module is present)."""
+    from .export import TARGETS, export_checkpoint
+    files = {}
+    for target in TARGETS:
+        out = export_checkpoint(qat_dir / "best.pt", folder / target, target, cfg.export)
+        files.update({f"{target}/{p.name}": p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()})
+    return dict(files=files)
+
+
+def parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
+    """Exports against the QAT model on held-out clips; int8.tflite accuracy in every interpreter."""
+    import torch
+    from .export.parity import custom_parity, float_parity, int8_parity
+    from .features import FeatureExtractor
+    from .quant import float_model
+    from .train import Batches, evaluate_tflite, load_checkpoint
+    ckpt = load_checkpoint(run_dir / f"qat-{kind}" / "best.pt")
+    ds = _dataset(cfg, cache_dir)
+    feats = next(Batches(ds, "test", FeatureExtractor(ckpt.feature_cfg), torch.device("cpu"))(200))[0].numpy()
+    tfl = run_dir / f"export-{kind}" / "tflite"
+    res = dict(float_tflite_max_abs=float_parity(float_model(ckpt.model), tfl / "float.tflite", feats[:32]),
+               int8_tflite=int8_parity(ckpt.model, tfl / "int8.tflite", feats))
+    if (tfl / "int8_custom.tflite").is_file():
+        res["custom_vs_int8_max_lsb"] = custom_parity(tfl / "int8.tflite", tfl / "int8_custom.tflite", feats)
+    res["int8_tflite_accuracy"] = {
+        name: evaluate_tflite(tfl / "int8.tflite", ds, ckpt.feature_cfg, ckpt.classes, "test", name)["accuracy"]
+        for name in res["int8_tflite"]["interpreters"] if "no XNNPACK" not in name}
+    write_json(folder / "parity.json", res)
+    return res
+
+
+def bench(cfg, run_dir: Path, folder: Path) -> dict:
+    """Latency of every exported file on every installed runtime, oscillator and softmax interleaved."""
+    from .bench.latency import compare
+    kinds = list(cfg.kinds)
+    if kinds != ["oscillator", "softmax"]:
+        return dict(skipped="the latency comparison needs both kinds")
+    rows = compare(run_dir / "export-oscillator" / "tflite", run_dir / "export-softmax" / "tflite",
+                   cfg.bench.runs, cfg.bench.threads, echo=lambda *_: None)
+    rows += compare(run_dir / "export-oscillator" / "onnx", run_dir / "export-softmax" / "onnx",
+                    cfg.bench.runs, cfg.bench.threads, echo=lambda *_: None)
+    from .bench.system import system_info
+    report = dict(system=system_info(), latency=rows, config=to_dict(cfg.bench))
+    write_json(folder / "bench.json", report)
+    return dict(rows=len(rows))
+
+
+def report(cfg, run_dir: Path, folder: Path) -> dict:
+    from .report import write_report
+    path = write_report(run_dir, folder)
+    return dict(report=str(path))

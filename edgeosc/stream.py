@@ -1,0 +1,307 @@
+"""Streaming keyword spotting: a sliding window over a stream, smoothed posteriors, timed detections.
+
+Each hop (default 100 ms) the window (the model's clip, 1 s) slides by one hop. The front end is
+incremental: frames sit on a fixed sample grid, so only the hop's new frames (5 of 49 at 100 ms) get an
+FFT, mel filters and log; the per-window mean (features.py's "utterance" normalisation) is then taken
+over the window's frames, which makes the features equal to the batch features of the same audio.
+
+The network is recomputed on the whole window every hop, for an oscillator model as for softmax. The
+factorized readout out_i = phi(z_i)^T S / phi(z_i)^T s sums over keys, S = sum_j psi(r_j) v_j^T, and a
+sliding sum could add the entering tokens and drop the leaving ones, but only if the tokens that stay
+kept their r_j and v_j. Here none do: (1) the window mean moves every frame's features; (2) the
+positional embeddings are absolute, so a frame that slides from position t to t - n gets pos[t - n]
+instead of pos[t], and after LayerNorm every r_j and v_j differs; (3) the state z_i = unit(unit(w_i) R)
+couples each query to every key through row normalisations, non-causally, so all of block 1's outputs,
+hence all of block 2's keys and values, change whenever the window moves. A reusable S needs another
+network: causal attention, relative (or no) positions and a causal normaliser. So the saving
+measured here is the front end's (`compare_full` times the 49-frame recompute beside the incremental one).
+"""
+from __future__ import annotations
+
+import json
+import queue
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .config import SILENCE, UNKNOWN, FeatureConfig, from_dict
+from .data.audio import read_wav, resample
+
+MANIFEST = "manifest.json"  # written beside exported models (export/__init__.py)
+
+
+class StreamError(ValueError):
+    """A streaming problem the user can fix (bad hop, model file without manifest, no microphone package)."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the listener runs: class names, the features the model was trained on, features -> logits."""
+    name: str
+    classes: tuple[str, ...]
+    feature_cfg: FeatureConfig
+    run: Callable[[np.ndarray], np.ndarray]  # float32 [1, frames, coeffs] -> logits [classes]
+
+
+def load_model(path, interpreter: str | None = None) -> Model:
+    """A torch checkpoint (.pt) or an exported .tflite beside its manifest.json; torch only for .pt."""
+    path = Path(path)
+    if path.suffix == ".pt":
+        import torch
+        from .train import load_checkpoint
+        ckpt = load_checkpoint(path)
+        net = ckpt.model.eval()
+
+        def run(x):
+            with torch.no_grad():
+                return net(torch.from_numpy(x))[0].numpy()
+        return Model(path.name, ckpt.classes, ckpt.feature_cfg, run)
+    if path.suffix != ".tflite":
+        raise StreamError(f"{path}: expected a checkpoint (.pt) or an exported model (.tflite)")
+    manifest = path.parent / MANIFEST
+    if not manifest.is_file():
+        raise StreamError(f"{path}: no {MANIFEST} beside it to give its classes and features "
+                          "(export with `edgeosc export`)")
+    try:
+        man = json.loads(manifest.read_text())
+        classes, cfg = tuple(man["classes"]), from_dict(FeatureConfig, man["feature_config"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise StreamError(f"{manifest}: not an edgeosc export manifest ({type(e).__name__}: {e})") from None
+    from . import runtime
+    custom = None
+    if runtime.check_tflite(path)["custom_ops"]:
+        from .export import tflite_op
+        custom = [tflite_op.register]
+    runner = runtime.load(path, interpreter, custom_ops=custom)
+    if runner.input_shape[1:] != (cfg.n_frames, cfg.n_coeffs) or runner.output_shape[-1] != len(classes):
+        raise StreamError(f"{path}: model shapes {runner.input_shape} -> {runner.output_shape} do not match "
+                          f"its manifest ({cfg.n_frames} frames x {cfg.n_coeffs}, {len(classes)} classes)")
+    return Model(runner.name, classes, cfg, lambda x: runner.run(x)[0])
+
+
+class FrontEnd:
+    """features.py's log-mel / MFCC frames in numpy (the same constants and steps as FeatureExtractor)."""
+
+    def __init__(self, cfg: FeatureConfig):
+        from .features import LOG_OFFSET, mfcc_constants  # features.py imports torch at module level
+        const = mfcc_constants(cfg)
+        self.cfg, self.offset = cfg, LOG_OFFSET
+        self.window, self.mel_t = const["window"], const["mel"].T.copy()
+        self.dct_t = const["dct"].T.copy() if cfg.n_mfcc else None
+
+    def frames(self, samples: np.ndarray) -> np.ndarray:
+        """Unnormalised features of every whole frame in `samples`, frames starting at sample 0."""
+        n, hop = self.cfg.frame_length, self.cfg.hop_length
+        frames = np.lib.stride_tricks.sliding_window_view(samples, n)[::hop] * self.window
+        feats = np.log(np.abs(np.fft.rfft(frames, axis=-1)).astype(np.float32) @ self.mel_t + self.offset)
+        return feats if self.dct_t is None else feats @ self.dct_t
+
+    def normalize(self, feats: np.ndarray) -> np.ndarray:
+        return feats - feats.mean(0) if self.cfg.normalize == "utterance" else feats
+
+
+@dataclass(frozen=True)
+class Detection:
+    keyword: str
+    time_s: float  # window end, less the smoothing delay (k - 1) / 2 hops
+    score: float  # smoothed posterior
+
+
+def _summary(ms: list[float]) -> dict | None:
+    if not ms:
+        return None
+    a = np.asarray(ms)
+    return dict(median_ms=float(np.median(a)), p90_ms=float(np.percentile(a, 90)), max_ms=float(a.max()))
+
+
+class Listener:
+    """Audio in (any chunk size), one decision per hop, detections out; latencies per hop.
+
+    Decisions start once a whole window of the stream is in (after 1 s): a window padded with digital
+        silence would make the onset of background noise look like a word. A detection needs a keyword class
+    (not _silence_ / _unknown_) whose posterior, averaged over the last `smooth` hops, reaches `threshold`;
+    after one, none for `refractory_s` (a word stays visible in the window for about a window length, so
+    the default is the window's).
+    """
+
+    def __init__(self, model: Model, hop_ms: float = 100.0, threshold: float = 0.7, smooth: int = 3,
+                 refractory_s: float | None = None, compare_full: bool = False):
+        cfg = self.cfg = model.feature_cfg
+        hop = hop_ms * cfg.sample_rate / 1000
+        self.hop = round(hop)
+        new = self.hop // cfg.hop_length
+        if abs(hop - self.hop) > 1e-6 or self.hop % cfg.hop_length or not 1 <= new <= cfg.n_frames:
+            step = 1000 * cfg.hop_length / cfg.sample_rate
+            raise StreamError(f"hop must be a multiple of the {step:g} ms frame hop, at most "
+                              f"{cfg.n_frames * step:g} ms; got {hop_ms:g} ms")
+        if not 0 < threshold <= 1 or smooth < 1:
+            raise StreamError(f"need 0 < threshold <= 1 and smooth >= 1, got {threshold}, {smooth}")
+        self.keywords = [i for i, c in enumerate(model.classes) if c not in (SILENCE, UNKNOWN)]
+        if not self.keywords:
+            raise StreamError(f"{model.name}: no keyword class among {model.classes}")
+        self.model, self.front, self.new_frames = model, FrontEnd(cfg), new
+        self.threshold, self.smooth, self.compare_full = threshold, smooth, compare_full
+        self.refractory_s = cfg.clip_samples / cfg.sample_rate if refractory_s is None else refractory_s
+        # the new frames are the window's last ones; the frame grid stays put as the window slides
+        self._new = slice((cfg.n_frames - new) * cfg.hop_length, (cfg.n_frames - 1) * cfg.hop_length + cfg.frame_length)
+        self.audio = np.zeros(cfg.clip_samples, np.float32)
+        self.raw = self.front.frames(self.audio)  # unnormalised frames of the window
+        self._pending = np.zeros(0, np.float32)
+        self._posts: deque = deque(maxlen=smooth)
+        self._last = -np.inf
+        self.samples, self.hops, self.detections = 0, 0, []
+        self.features_ms, self.full_ms, self.model_ms = [], [], []
+
+    def window_features(self) -> np.ndarray:
+        """The current window's model input [frames, coeffs]."""
+        return self.front.normalize(self.raw)
+
+    def push(self, samples) -> list[Detection]:
+        """Feed float samples in [-1, 1] at the model's rate; returns the detections they complete."""
+        x = np.concatenate([self._pending, np.asarray(samples, np.float32).ravel()])
+        n = len(x) // self.hop
+        found = [d for i in range(n) if (d := self._step(x[i * self.hop:(i + 1) * self.hop]))]
+        self._pending = x[n * self.hop:]
+        return found
+
+    def _step(self, chunk: np.ndarray) -> Detection | None:
+        t0 = time.perf_counter()
+        self.audio[:-self.hop] = self.audio[self.hop:]
+        self.audio[-self.hop:] = chunk
+        self.raw[:-self.new_frames] = self.raw[self.new_frames:]
+        self.raw[-self.new_frames:] = self.front.frames(self.audio[self._new])
+        self.samples += self.hop
+        if self.samples < self.cfg.clip_samples:
+            return None
+        feats = self.window_features()
+        t1 = time.perf_counter()
+        if self.compare_full:  # the cost avoided: every frame of the window, as a batch front end does
+            self.front.normalize(self.front.frames(self.audio))
+            self.full_ms.append(1e3 * (time.perf_counter() - t1))
+        t2 = time.perf_counter()
+        logits = np.asarray(self.model.run(feats[None]), np.float64)
+        self.model_ms.append(1e3 * (time.perf_counter() - t2))
+        self.features_ms.append(1e3 * (t1 - t0))
+        post = np.exp(logits - logits.max())
+        self._posts.append(post / post.sum())
+        self.hops += 1
+        return self._decide()
+
+    def _decide(self) -> Detection | None:
+        smoothed = np.mean(self._posts, axis=0)
+        k = max(self.keywords, key=lambda i: smoothed[i])
+        t = (self.samples - (len(self._posts) - 1) / 2 * self.hop) / self.cfg.sample_rate
+        if smoothed[k] < self.threshold or t - self._last < self.refractory_s:
+            return None
+        self._last = t
+        self.detections.append(Detection(self.model.classes[k], t, float(smoothed[k])))
+        return self.detections[-1]
+
+    def flush(self) -> list[Detection]:
+        """End of stream: the average shrinks onto the last hops, as a moving average does at a signal's end.
+
+        A last partial hop is dropped: padding it with digital silence could itself look like a word."""
+        found = []
+        while len(self._posts) > 1:
+            self._posts.popleft()
+            found += [d] if (d := self._decide()) else []
+        return found
+
+    def stats(self) -> dict:
+        """Per-hop latencies (features incremental and, if compared, recomputed in full; model)."""
+        sr = self.cfg.sample_rate
+        feats, full, model = _summary(self.features_ms), _summary(self.full_ms), _summary(self.model_ms)
+        total = [a + b for a, b in zip(self.features_ms, self.model_ms)]
+        return dict(model=self.model.name, hops=self.hops, hop_ms=1e3 * self.hop / sr,
+                    window_ms=1e3 * self.cfg.clip_samples / sr, new_frames=self.new_frames,
+                    frames=self.cfg.n_frames, features=feats, full_features=full, model_run=model,
+                    total=_summary(total),
+                    features_saving=full and full["median_ms"] / feats["median_ms"],
+                    real_time_factor=total and float(np.mean(total)) / (1e3 * self.hop / sr))
+
+
+def _model(model) -> Model:
+    return model if isinstance(model, Model) else load_model(model)
+
+
+def listen_wav(model, wav_path, hop_ms: float = 100.0, *, threshold: float = 0.7, smooth: int = 3,
+               refractory_s: float | None = None, compare_full: bool = True) -> tuple[list[Detection], dict]:
+    """Stream a WAV file (any rate, channels averaged) through the listener, one hop at a time."""
+    model = _model(model)
+    x, sr = read_wav(wav_path)
+    lis = Listener(model, hop_ms, threshold, smooth, refractory_s, compare_full)
+    x = resample(x, sr, model.feature_cfg.sample_rate)
+    x = np.pad(x, (0, max(0, model.feature_cfg.clip_samples - len(x))))  # a short clip: padded as to_clip does
+    for start in range(0, len(x), lis.hop):
+        lis.push(x[start:start + lis.hop])
+    lis.flush()
+    return lis.detections, lis.stats()
+
+
+def listen_microphone(model, hop_ms: float = 100.0, *, threshold: float = 0.7, smooth: int = 3,
+                      refractory_s: float | None = None, seconds: float | None = None, device=None,
+                      on_detection: Callable[[Detection], None] | None = None) -> tuple[list[Detection], dict]:
+    """Listen to the default (or given) input device until `seconds` have passed or Ctrl-C."""
+    try:
+        import sounddevice as sd
+    except (ImportError, OSError) as e:  # OSError: the package is there but PortAudio is not
+        raise StreamError(f"listening to a microphone needs sounddevice (pip install sounddevice): {e}") from None
+    model = _model(model)
+    lis = Listener(model, hop_ms, threshold, smooth, refractory_s)
+    chunks: queue.Queue = queue.Queue()  # the audio thread only enqueues; the model runs here
+    try:
+        with sd.InputStream(samplerate=lis.cfg.sample_rate, channels=1, dtype="float32", blocksize=lis.hop,
+                            device=device, callback=lambda data, *_: chunks.put(data[:, 0].copy())):
+            while seconds is None or lis.samples < seconds * lis.cfg.sample_rate:
+                for det in lis.push(chunks.get()):
+                    if on_detection:
+                        on_detection(det)
+    except KeyboardInterrupt:
+        pass
+    return lis.detections, lis.stats()
+
+
+def format_detection(d: Detection) -> str:
+    return f"{d.time_s:8.2f} s  {d.keyword:<10} {d.score:.3f}"
+
+
+def format_latency(stats: dict) -> str:
+    """The per-hop latency summary of Listener.stats()."""
+    f, full, m = stats["features"], stats["full_features"], stats["model_run"]
+    if f is None:
+        return "no complete hop"
+    lines = [f"{stats['hops']} hops of {stats['hop_ms']:g} ms over a {stats['window_ms']:g} ms window, "
+             f"{stats['model']}; per hop, median (p90):",
+             f"  features {f['median_ms']:.3f} ms ({f['p90_ms']:.3f}), incremental: "
+             f"{stats['new_frames']} new of {stats['frames']} frames"]
+    if full:
+        lines.append(f"  features recomputed in full {full['median_ms']:.3f} ms ({full['p90_ms']:.3f}): "
+                     f"incremental is {stats['features_saving']:.1f}x cheaper")
+    lines.append(f"  model {m['median_ms']:.3f} ms ({m['p90_ms']:.3f}); total {stats['total']['median_ms']:.3f} ms, "
+                 f"real-time factor {stats['real_time_factor']:.4f}")
+    return "\n".join(lines)
+
+
+def format_detections(detections: list[Detection], stats: dict) -> str:
+    """Detections one per line (time, keyword, smoothed score), then the latency summary."""
+    return "\n".join([format_detection(d) for d in detections] or ["no detections"]) + "\n" + format_latency(stats)
+
+
+def listen_command(model, wav=None, hop_ms: float = 100.0, threshold: float = 0.7, smooth: int = 3,
+                   mic: bool = False, echo: Callable[[str], None] = print) -> tuple[list[Detection], dict]:
+    """What `edgeosc listen MODEL (--wav FILE | --mic)` does: run, echo detections and latencies."""
+    if (wav is None) == (not mic):
+        raise StreamError("give either a WAV file or the microphone, not both or neither")
+    if mic:
+        echo(f"listening with {Path(model).name}; Ctrl-C stops")
+        dets, stats = listen_microphone(model, hop_ms, threshold=threshold, smooth=smooth,
+                                        on_detection=lambda d: echo(format_detection(d)))
+        echo(format_latency(stats))
+    else:
+        dets, stats = listen_wav(model, wav, hop_ms, threshold=threshold, smooth=smooth)
+        echo(format_detections(dets, stats))
+    return dets, stats
