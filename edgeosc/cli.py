@@ -398,13 +398,28 @@ def export_bench(oscillator, softmax, runs, threads, as_json):
 @click.option("--warmup", type=int, default=20, show_default=True)
 @click.option("--threads", type=int, default=1, show_default=True)
 @click.option("--no-memory", is_flag=True, help="Skip the peak-memory probe (a subprocess per model).")
+@click.option("--power", type=click.Choice(["ina219", "ina260", "pmic"]), default=None,
+              help="Measure energy per inference: an INA219/INA260 on I2C (smbus2) or the Raspberry Pi 5 PMIC.")
+@click.option("--power-log", type=click.Path(dir_okay=False), default=None,
+              help="Or: a power meter's CSV log (timestamp + watts, or volts and amps) written during the run.")
+@click.option("--power-offset", type=float, default=0.0, show_default=True,
+              help="Seconds to add to the log's timestamps to reach this machine's monotonic clock.")
+@click.option("--i2c-bus", type=int, default=1, show_default=True)
+@click.option("--shunt-ohms", type=float, default=0.1, show_default=True, help="INA219 shunt resistor.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write results here.")
 @friendly_errors
-def bench_cmd(models, runtimes, runs, warmup, threads, no_memory, json_path):
-    """Latency of exported MODELS (.onnx, .tflite) at batch 1: min/median/p90/p99 of interleaved runs, peak
-    memory, size and the system. Needs only numpy and a runtime (no torch): it runs as is on a Raspberry Pi."""
+def bench_cmd(models, runtimes, runs, warmup, threads, no_memory, power, power_log, power_offset, i2c_bus,
+              shunt_ohms, json_path):
+    """Latency of exported MODELS (.onnx, .tflite) at batch 1: min/median/p90/p99 of interleaved runs,
+    resident memory, size and the system; with --power or --power-log the energy per inference (measured,
+    idle power subtracted). Needs only numpy and a runtime (no torch): it runs as is on a Raspberry Pi."""
+    from .bench import power as pw
     from .bench.latency import bench, format_table
-    report = bench(list(models), list(runtimes) or None, runs, threads, warmup, memory=not no_memory)
+    monitor = {"ina219": lambda: pw.INA219Monitor(i2c_bus, shunt_ohms=shunt_ohms),
+               "ina260": lambda: pw.INA260Monitor(i2c_bus), "pmic": pw.PMICMonitor, None: None}[power]
+    if power_log:
+        monitor = lambda: pw.CSVLogMonitor(power_log, offset_s=power_offset)  # noqa: E731
+    report = bench(list(models), list(runtimes) or None, runs, threads, warmup, memory=not no_memory, power=monitor)
     click.echo(format_table(report))
     if json_path:
         from .io import write_json

@@ -73,7 +73,7 @@ def test_calibration_sets_every_scale_and_survives_a_checkpoint():
         if isinstance(m, QuantIdentity):
             point = name.rsplit(".", 1)[-1]
             is_fixed = ("attn" in name and point in fixed) or point == "norm"
-            (constant if is_fixed else learned).append(float(m.act_quant.scale()))
+            (constant if is_fixed else learned).append(float(m.act_quant.scale().detach()))
     assert all(s > 0 for s in learned) and len(set(learned)) == len(learned)  # each calibrated on its own data
     assert set(constant) == {1 / 128}  # r, wn, z, LayerNorm: TFLite L2_NORMALIZATION's output scale
     state = qat.state_dict()

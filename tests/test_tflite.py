@@ -142,3 +142,30 @@ def test_bench_reports_latency_memory_and_system(files, tmp_path):
     for r in report["results"]:
         assert 0 < r["min_ms"] <= r["median_ms"] <= r["p90_ms"] <= r["p99_ms"] and r["runs"] == 5
         assert r["bytes"] == model.stat().st_size and r["memory_bytes"] > 0 and r["threads"] == 1
+
+
+class StepMonitor:
+    """A fake power monitor: 1 W for the first second (the idle window), 3 W after; a trace spanning the run."""
+
+    name = "fake"
+
+    def __enter__(self):
+        import time
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        import time
+        from edgeosc.bench.power import PowerTrace
+        t = np.arange(self.t0 - 0.1, time.perf_counter() + 0.1, 0.001)
+        self.trace = PowerTrace(t, np.where(t < self.t0 + 1.0, 1.0, 3.0), "fake")
+
+
+def test_bench_measures_energy_per_inference_with_a_power_monitor(files):
+    from edgeosc.bench.latency import bench
+    files, _ = files
+    report = bench([files["softmax"]["dir"] / "int8.tflite"], ["tflite-runtime"], runs=50, warmup=2, memory=False,
+                   power=StepMonitor)
+    e = report["results"][0]["energy"]
+    assert e["idle_w"] == pytest.approx(1.0, abs=0.01) and e["active_w"] == pytest.approx(3.0, abs=0.01)
+    assert e["joules_per_inference"] == pytest.approx(2.0 * e["seconds"] / e["runs"], rel=0.02) and e["runs"] == 50

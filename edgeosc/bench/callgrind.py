@@ -53,9 +53,10 @@ def _layer(T: int, dh: int, p: int):
     def q8(x, scale):
         return np.clip(np.round(x / scale) - 128, -128, 127).astype(np.int8)
 
-    tables = (q8(np.log1p(np.exp(s["qk"] * i / np.sqrt(dh))), s["w"]), q8((1 + np.clip(s["zr"] * i, -1, 1)) ** p, s["c"]),
-              q8(1 / np.maximum(s["sum"] * (i + 128), 1e-3), s["inv"]))
-    return s, tables
+    w = q8(np.log1p(np.exp(s["qk"] * i / np.sqrt(dh))), s["w"])
+    c = q8((1 + np.clip(s["zr"] * i, -1, 1)) ** p, s["c"])
+    inv = q8(1 / np.maximum(s["sum"] * (i + 128), 1e-3), s["inv"])
+    return s, (w, c, inv)
 
 
 def _c_array(ctype: str, name: str, values) -> str:
@@ -63,34 +64,33 @@ def _c_array(ctype: str, name: str, values) -> str:
 
 
 def _program(H: int, T: int, dh: int, dr: int, dv: int, p: int, seed: int) -> str:
+    """C source: the layer's parameters and inputs, and a main running the core named by argv[1] once."""
     s, tables = _layer(T, dh, p)
     osc = R.osc_quant_from_scales(s, *tables, sum_op="fully_connected", ones=127, ones_scale=1 / 127,
                                   target_name="tflite-micro")
     sm = R.softmax_quant_from_scales(dict(q=s["q"], k=s["k"], v=s["v"], qk=0.5, out=s["out"]),
                                      beta=1 / np.sqrt(dh), target_name="tflite-micro")
     rng = np.random.default_rng(seed)
-    q, k = rng.integers(-128, 128, (2, H, T, dh))
-    v = rng.integers(-128, 128, (H, T, dv))
     r = rng.standard_normal((H, T, dr))
-    r = np.clip(np.round(127 * r / np.linalg.norm(r, axis=-1, keepdims=True)), -128, 127)
-    zp = osc.zp
+    arrays = dict(q=rng.integers(-128, 128, (H, T, dh)), k=rng.integers(-128, 128, (H, T, dh)),
+                  v=rng.integers(-128, 128, (H, T, dv)),
+                  r=np.clip(np.round(127 * r / np.linalg.norm(r, axis=-1, keepdims=True)), -128, 127),
+                  table_w=tables[0], table_c=tables[1], table_inv=tables[2])
     rq = lambda x: f"{{{x.multiplier}, {x.shift}}}"  # noqa: E731
-    return ("#include <string.h>\n#include \"edgeosc_attention.h\"\n"
-            + "".join(_c_array("int8_t", n, a) for n, a in (("q", q), ("k", k), ("v", v), ("r", r), ("table_w", tables[0]),
-                                                              ("table_c", tables[1]), ("table_inv", tables[2])))
-            + _c_array("int32_t", "exp_lut", R.softmax_exp_table(sm.beta_multiplier, sm.beta_left_shift, sm.diff_min))
+    zps = ", ".join(str(osc.zp[n]) for n in ("q", "k", "v", "r", "qk", "w", "h", "zr", "c", "sum", "inv", "a", "out"))
+    rqs = ", ".join(rq(getattr(osc, f"rq_{n}")) for n in ("qk", "h", "zr", "sum", "a", "out"))
+    lut = R.softmax_exp_table(sm.beta_multiplier, sm.beta_left_shift, sm.diff_min)
+    return ('#include <string.h>\n#include "edgeosc_attention.h"\n'
+            + "".join(_c_array("int8_t", n, a) for n, a in arrays.items()) + _c_array("int32_t", "exp_lut", lut)
             + f"static int8_t out[{H * T * dv}], scratch[{T + 2 * dr}];\n"
-            + "int main(int argc, char **argv) {\n"
-            f"  EdgeoscOscParams o = {{{H}, {T}, {dh}, {dr}, {dv}, table_w, table_c, table_inv, "
-            + ", ".join(str(zp[n]) for n in ("q", "k", "v", "r", "qk", "w", "h", "zr", "c", "sum", "inv", "a", "out"))
-            + f", {osc.ones}, " + ", ".join(rq(getattr(osc, f"rq_{n}")) for n in ("qk", "h", "zr", "sum", "a", "out"))
-            + ", 0, 0, 0};\n"
+            "int main(int argc, char **argv) {\n"
+            f"  EdgeoscOscParams o = {{{H}, {T}, {dh}, {dr}, {dv}, table_w, table_c, table_inv, {zps}, {osc.ones}, "
+            f"{rqs}, 0, 0, 0}};\n"
             f"  EdgeoscSoftmaxParams sp = {{{H}, {T}, {dh}, {dv}, 0, 0, 0, 0, 0, {rq(sm.rq_qk)}, {rq(sm.rq_out)}, "
             f"{sm.beta_multiplier}, {sm.beta_left_shift}, {sm.diff_min}, 0, NULL}};\n"
-            "  if (argc > 1 && !strcmp(argv[1], \"softmax_lut\")) sp.exp_lut = exp_lut;\n"
-            "  if (argc > 1 && !strcmp(argv[1], \"oscillator\"))\n"
-            "    return edgeosc_oscillator_core_int8(&o, q, k, v, r, out, scratch);\n"
-            "  return edgeosc_softmax_core_int8(&sp, q, k, v, out, scratch);\n}\n")
+            '  if (argc > 1 && !strcmp(argv[1], "softmax_lut")) sp.exp_lut = exp_lut;\n'
+            '  if (argc > 1 && !strcmp(argv[1], "oscillator")) return edgeosc_oscillator_core_int8(&o, q, k, v, r, out, '
+            "scratch);\n  return edgeosc_softmax_core_int8(&sp, q, k, v, out, scratch);\n}\n")
 
 
 def attention_instructions(tokens: int = 49, heads: int = 4, d_head: int = 8, d_osc: int = 8, d_value: int = 8,
@@ -99,8 +99,8 @@ def attention_instructions(tokens: int = 49, heads: int = 4, d_head: int = 8, d_
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "bench.c", Path(tmp) / "bench"
         src.write_text(_program(heads, tokens, d_head, d_osc, d_value, p, seed))
-        subprocess.run([compiler(), "-std=c99", "-O2", f"-I{KERNELS}", str(src), *map(str, CORE_SOURCES), "-o", str(exe)],
-                       check=True, capture_output=True)
+        cmd = [compiler(), "-std=c99", "-O2", f"-I{KERNELS}", src, *CORE_SOURCES, "-o", exe]
+        subprocess.run(list(map(str, cmd)), check=True, capture_output=True)
         ir = {kind: instructions([exe, kind], fn) for kind, fn in CORES.items()}
     return dict(**ir, ratio=ir["oscillator"] / ir["softmax"], ratio_lut=ir["oscillator"] / ir["softmax_lut"],
                 shape=dict(heads=heads, tokens=tokens, d_head=d_head, d_osc=d_osc, d_value=d_value))

@@ -101,9 +101,22 @@ def resident_memory(path: str | Path, runtime_name: str) -> int:
     return max(int(out.stdout.split()[-1]), 0)
 
 
+def measure_energy(timed: Timed, monitor, runs: int, idle_s: float = 1.0) -> dict:
+    """Energy per inference: an idle window, then one long window of `runs` back-to-back inferences (slow
+    monitors see many samples), integrated over the monitor's trace minus the idle power (bench/power.py)."""
+    from .power import energy_per_inference, run_windows
+    with monitor:
+        t0 = time.perf_counter()
+        time.sleep(idle_s)
+        idle = (t0, time.perf_counter())
+        windows, n = run_windows(timed.run, runs)
+    return energy_per_inference(monitor.trace, windows, idle=idle, runs_per_window=n)
+
+
 def bench(paths: list[str | Path], runtimes: list[str] | None = None, runs: int = 200, threads: int = 1,
-          warmup: int = 20, memory: bool = True) -> dict:
-    """Latency (interleaved across all models and runtimes), peak memory and size of each, with system info."""
+          warmup: int = 20, memory: bool = True, power=None) -> dict:
+    """Latency (interleaved across all models and runtimes), resident memory and size of each, with system
+    info; with `power` (a PowerMonitor factory) also the measured energy per inference."""
     from .system import system_info
     timed = [prepare(p, rt, threads) for p in paths for rt in (runtimes or runtimes_for(p))
              if rt in runtimes_for(p) and not (_has_custom_ops(p) and rt != "tflite-runtime")]
@@ -113,6 +126,8 @@ def bench(paths: list[str | Path], runtimes: list[str] | None = None, runs: int 
     for row, t in zip(rows, timed):
         row.update(path=str(t.path), bytes=t.path.stat().st_size, threads=threads,
                    memory_bytes=resident_memory(t.path, t.runtime) if memory else None)
+        if power is not None:
+            row["energy"] = measure_energy(t, power(), runs)
     return dict(system=system_info(), results=rows)
 
 
@@ -131,6 +146,12 @@ def format_table(report: dict) -> str:
         mem = f"{r['memory_bytes'] / 2**10:.0f}K" if r["memory_bytes"] is not None else "-"
         lines.append(f"{r['path'][-47:]:<48}{r['runtime']:<16}{r['min_ms']:>8.3f}{r['median_ms']:>8.3f}{r['p90_ms']:>8.3f}"
                      f"{r['p99_ms']:>8.3f}    {mem:>10}{r['bytes'] / 1024:>9.1f}K")
+    for r in report["results"]:
+        if "energy" in r:
+            e = r["energy"]
+            lines.append(f"{r['path'][-47:]:<48}{r['runtime']:<16}energy {1e3 * e['joules_per_inference']:.4f} mJ per "
+                         f"inference (active {e['active_w']:.3f} W, idle {e['idle_w']:.3f} W; measured)"
+                         + (f"  WARNING {e['warning']}" if e.get("warning") else ""))
     return "\n".join(lines)
 
 

@@ -2,8 +2,8 @@
 
 Torch-free (numpy and the standard library; smbus2 for the INA sensors), so it runs on the Pi beside latency.py.
 Traces are stamped with time.perf_counter(), the clock the benchmark marks its runs with, so the (t_start, t_end)
-of a run indexes the trace directly. On Linux that clock is CLOCK_MONOTONIC (Python docs, time.perf_counter and
-time.monotonic), which a logger in another process on the same machine can share; an external meter's log needs a
+of a run indexes the trace directly. On Linux CPython reads it from CLOCK_MONOTONIC, as time.monotonic (Python
+docs of both), so a logger in another process on the same machine can share it; an external meter's log needs a
 clock offset instead. Typical use:
 
     with PMICMonitor() as mon:
