@@ -427,6 +427,26 @@ def bench_cmd(models, runtimes, runs, warmup, threads, no_memory, power, power_l
         click.echo(f"results: {json_path}")
 
 
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--wav", type=click.Path(exists=True, dir_okay=False), default=None, help="Audio file (any rate).")
+@click.option("--mic", is_flag=True, help="Listen to the microphone (needs `pip install sounddevice`).")
+@click.option("--hop-ms", type=float, default=100.0, show_default=True,
+              help="Window step (the window is the model's 1 s); a multiple of 20 ms.")
+@click.option("--threshold", type=float, default=0.7, show_default=True, help="Smoothed posterior to detect.")
+@click.option("--smooth", type=int, default=3, show_default=True, help="Posteriors averaged over this many hops.")
+@friendly_errors
+def listen(model, wav, mic, hop_ms, threshold, smooth):
+    """Streaming keyword spotting with MODEL (a .pt checkpoint, or an exported .tflite beside its
+    manifest.json): a sliding window every hop, smoothed posteriors, detections with timestamps and
+    per-hop latency. Only the new feature frames are computed each hop."""
+    from .stream import listen_command
+    if model.endswith(".pt"):
+        import torch
+        torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
+    listen_command(model, wav, hop_ms, threshold, smooth, mic, echo=click.echo)
+
+
 # --------------------------------------------------------------------------- core benchmarks
 
 @main.command()

@@ -48,7 +48,7 @@ class Model:
 
 
 def load_model(path, interpreter: str | None = None) -> Model:
-    """A torch checkpoint (.pt) or an exported .tflite beside its manifest.json; torch only for .pt."""
+    """A torch checkpoint (.pt), or an exported .tflite run by edgeosc.runtime with the manifest.json beside it."""
     path = Path(path)
     if path.suffix == ".pt":
         import torch
@@ -87,7 +87,7 @@ class FrontEnd:
     """features.py's log-mel / MFCC frames in numpy (the same constants and steps as FeatureExtractor)."""
 
     def __init__(self, cfg: FeatureConfig):
-        from .features import LOG_OFFSET, mfcc_constants  # features.py imports torch at module level
+        from .frontend import LOG_OFFSET, mfcc_constants  # numpy only: a .tflite run needs no torch
         const = mfcc_constants(cfg)
         self.cfg, self.offset = cfg, LOG_OFFSET
         self.window, self.mel_t = const["window"], const["mel"].T.copy()
@@ -122,7 +122,7 @@ class Listener:
     """Audio in (any chunk size), one decision per hop, detections out; latencies per hop.
 
     Decisions start once a whole window of the stream is in (after 1 s): a window padded with digital
-        silence would make the onset of background noise look like a word. A detection needs a keyword class
+    silence would make the onset of background noise look like a word. A detection needs a keyword class
     (not _silence_ / _unknown_) whose posterior, averaged over the last `smooth` hops, reaches `threshold`;
     after one, none for `refractory_s` (a word stays visible in the window for about a window length, so
     the default is the window's).
@@ -147,7 +147,8 @@ class Listener:
         self.threshold, self.smooth, self.compare_full = threshold, smooth, compare_full
         self.refractory_s = cfg.clip_samples / cfg.sample_rate if refractory_s is None else refractory_s
         # the new frames are the window's last ones; the frame grid stays put as the window slides
-        self._new = slice((cfg.n_frames - new) * cfg.hop_length, (cfg.n_frames - 1) * cfg.hop_length + cfg.frame_length)
+        last = (cfg.n_frames - 1) * cfg.hop_length
+        self._new = slice(last - (new - 1) * cfg.hop_length, last + cfg.frame_length)
         self.audio = np.zeros(cfg.clip_samples, np.float32)
         self.raw = self.front.frames(self.audio)  # unnormalised frames of the window
         self._pending = np.zeros(0, np.float32)
@@ -161,7 +162,7 @@ class Listener:
         return self.front.normalize(self.raw)
 
     def push(self, samples) -> list[Detection]:
-        """Feed float samples in [-1, 1] at the model's rate; returns the detections they complete."""
+        """Feed mono float samples in [-1, 1] at the model's rate; returns the detections they complete."""
         x = np.concatenate([self._pending, np.asarray(samples, np.float32).ravel()])
         n = len(x) // self.hop
         found = [d for i in range(n) if (d := self._step(x[i * self.hop:(i + 1) * self.hop]))]
@@ -208,7 +209,8 @@ class Listener:
         found = []
         while len(self._posts) > 1:
             self._posts.popleft()
-            found += [d] if (d := self._decide()) else []
+            if d := self._decide():
+                found.append(d)
         return found
 
     def stats(self) -> dict:
@@ -221,7 +223,7 @@ class Listener:
                     frames=self.cfg.n_frames, features=feats, full_features=full, model_run=model,
                     total=_summary(total),
                     features_saving=full and full["median_ms"] / feats["median_ms"],
-                    real_time_factor=total and float(np.mean(total)) / (1e3 * self.hop / sr))
+                    real_time_factor=float(np.mean(total)) / (1e3 * self.hop / sr) if total else None)
 
 
 def _model(model) -> Model:
@@ -262,6 +264,8 @@ def listen_microphone(model, hop_ms: float = 100.0, *, threshold: float = 0.7, s
                         on_detection(det)
     except KeyboardInterrupt:
         pass
+    except sd.PortAudioError as e:  # no such device, or it cannot record at the model's rate
+        raise StreamError(f"microphone: {e}") from None
     return lis.detections, lis.stats()
 
 
@@ -296,8 +300,9 @@ def listen_command(model, wav=None, hop_ms: float = 100.0, threshold: float = 0.
     """What `edgeosc listen MODEL (--wav FILE | --mic)` does: run, echo detections and latencies."""
     if (wav is None) == (not mic):
         raise StreamError("give either a WAV file or the microphone, not both or neither")
+    model = _model(model)
     if mic:
-        echo(f"listening with {Path(model).name}; Ctrl-C stops")
+        echo(f"listening with {model.name}; Ctrl-C stops")
         dets, stats = listen_microphone(model, hop_ms, threshold=threshold, smooth=smooth,
                                         on_detection=lambda d: echo(format_detection(d)))
         echo(format_latency(stats))

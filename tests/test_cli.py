@@ -23,7 +23,7 @@ def assert_one_line_error(res, *needles):
 
 
 def test_help_explains_every_command():
-    for cmd in ([], ["train"], ["eval"], ["data", "synth"], ["data", "info"], ["pipeline"], ["compare"], ["bench"],
+    for cmd in ([], ["train"], ["eval"], ["data", "synth"], ["data", "info"], ["pipeline"], ["compare"], ["bench"], ["listen"],
                 ["summary"], ["microbench"], ["export"], ["export-bench"]):
         res = invoke(*cmd, "--help")
         assert res.exit_code == 0 and "Usage:" in res.output and len(res.output.splitlines()) > 3
