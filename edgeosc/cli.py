@@ -428,6 +428,20 @@ def bench_cmd(models, runtimes, runs, warmup, threads, no_memory, power, power_l
 
 
 @main.command()
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--target", type=click.Choice(["rpi"]), default="rpi", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Bundle folder (default RUN/rpi-bundle).")
+@friendly_errors
+def deploy(run, target, out):
+    """Make a self-contained folder (and .tar.gz) from a pipeline RUN to copy onto a Raspberry Pi: the int8
+    models, a lean requirements.txt (numpy + ai-edge-litert, no torch), the bench and power-measurement entry
+    point (run_bench.sh) and a README; `edgeosc compare RUN --board results/bench-<host>.json` merges what it measures."""
+    from .deploy import build_bundle
+    folder = build_bundle(run, out)
+    click.echo(f"bundle: {folder} (and {folder.with_suffix('.tar.gz')}); on the Pi: see {folder / 'README.md'}")
+
+
+@main.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--wav", type=click.Path(exists=True, dir_okay=False), default=None, help="Audio file (any rate).")
 @click.option("--mic", is_flag=True, help="Listen to the microphone (needs `pip install sounddevice`).")

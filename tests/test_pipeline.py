@@ -1,4 +1,7 @@
 import json
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -7,6 +10,8 @@ from click.testing import CliRunner
 from edgeosc import runtime
 from edgeosc.cli import main
 from edgeosc.pipeline import PipelineError, load_config, run_pipeline
+
+from conftest import tone_clipset
 
 pytestmark = pytest.mark.skipif(len(runtime.available_interpreters()) < 3, reason="needs the three TFLite interpreters")
 FAST = {"train.epochs": 2, "train.batch_size": 8, "qat.epochs": 1, "qat.batch_size": 8, "quant.calibration_batches": 1,
@@ -20,20 +25,31 @@ def tone_data(tones, monkeypatch):
     return tones
 
 
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """One uninterrupted FAST pipeline run on tones."""
+    tones = tone_clipset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("edgeosc.data.load_dataset", lambda *a, **k: tones)
+        torch.set_num_threads(1)
+        run = tmp_path_factory.mktemp("whole")
+        run_pipeline(load_config(None, FAST), run, echo=lambda *_: None)
+    return run
+
+
 def stage(run, name):
     return json.loads((run / name / "stage.json").read_text())
 
 
-def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(tone_data, tmp_path, monkeypatch):
+def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, tmp_path, monkeypatch):
     cfg = load_config(None, FAST)
-    report = run_pipeline(cfg, tmp_path / "whole", echo=lambda *_: None)
-    text = report.read_text()
+    text = (whole / "report" / "report.md").read_text()
     for section in ("## Accuracy", "## Model files", "## Parity", "## Latency"):
         assert section in text
-    whole = stage(tmp_path / "whole", "train-oscillator")
+    whole_train = stage(whole, "train-oscillator")
 
     lines = []
-    run_pipeline(cfg, tmp_path / "whole", echo=lines.append)  # nothing changed: every stage skipped
+    run_pipeline(cfg, whole, echo=lines.append)  # nothing changed: every stage skipped
     assert lines and all("skipped" in line for line in lines)
 
     # a stage killed midway (after one epoch) ...
@@ -53,13 +69,15 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(tone_data, tmp_pat
     lines = []
     run_pipeline(cfg, tmp_path / "cut", echo=lines.append)
     assert "[train-oscillator] resuming ..." in lines
-    assert stage(tmp_path / "cut", "train-oscillator")["results"] == whole["results"]
+    assert stage(tmp_path / "cut", "train-oscillator")["results"] == whole_train["results"]
     for name in ("export-oscillator", "parity-softmax", "report"):
         assert stage(tmp_path / "cut", name)["status"] == "done"
 
     # a changed option re-runs the stages that depend on it, not the others
     lines = []
-    run_pipeline(load_config(None, {**FAST, "qat.epochs": 2}), tmp_path / "whole", echo=lines.append)
+    changed = tmp_path / "changed"
+    shutil.copytree(whole, changed)
+    run_pipeline(load_config(None, {**FAST, "qat.epochs": 2}), changed, echo=lines.append)
     assert "[train-oscillator] up to date, skipped" in lines and "[qat-oscillator] running ..." in lines
 
 
@@ -86,3 +104,28 @@ def test_wrong_config_keys_and_values_give_clear_errors(tmp_path):
         assert res.exit_code == 1 and needle in res.output and "bad.toml" in res.output, (text, res.output)
     res = CliRunner().invoke(main, ["pipeline", "--set", "train.lr=fast", "--out", str(tmp_path / "run")])
     assert res.exit_code == 1 and "TrainConfig.lr must be float" in res.output, res.output
+
+
+def test_rpi_bundle_runs_in_a_fresh_venv_with_only_its_requirements(whole, tmp_path):
+    res = CliRunner().invoke(main, ["deploy", str(whole), "--out", str(tmp_path / "bundle")])
+    assert res.exit_code == 0, res.output
+    bundle = tmp_path / "bundle"
+    assert (tmp_path / "bundle.tar.gz").is_file() and (bundle / "models" / "oscillator" / "int8.tflite").is_file()
+    assert "torch" not in (bundle / "requirements.txt").read_text()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([venv / "bin" / "pip", "install", "-q", "-r", bundle / "requirements.txt"],
+                         capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stderr
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run([bundle / "run_bench.sh", "--runs", "5", "--no-memory"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    results = list((bundle / "results").glob("bench-*.json"))
+    assert len(results) == 1
+    report = json.loads(results[0].read_text())
+    assert {r["runtime"] for r in report["results"]} == {"ai-edge-litert"} and len(report["results"]) == 2
+    # back home: the board's numbers join the report, labelled with the board
+    res = CliRunner().invoke(main, ["compare", str(whole), "--board", str(results[0])])
+    assert res.exit_code == 0, res.output
+    assert "## Measured on a board" in (whole / "report" / "report.md").read_text()

@@ -1,0 +1,88 @@
+"""A self-contained Raspberry Pi bundle of a pipeline run: the int8 models, the torch-free bench and power
+measurement, a lean requirements file and a README; the results it writes merge into the run's report."""
+from __future__ import annotations
+
+import shutil
+import tarfile
+from pathlib import Path
+
+from .io import atomic_path
+
+ROOT = Path(__file__).resolve().parents[1]
+# numpy and one TFLite interpreter; click for the command line, flatbuffers for the model check
+REQUIREMENTS = """numpy>=1.24,<2
+click>=8.1
+flatbuffers>=24.3
+ai-edge-litert>=2.0
+# optional: smbus2 (INA219/INA260 power monitor on I2C), sounddevice (edgeosc listen --mic)
+"""
+MODEL_FILES = ("int8.tflite", "int8_custom.tflite", "float.tflite", "manifest.json")
+# the C sources of the EdgeOscAttention kernel (tflite-runtime builds it on first use with cc)
+C_SOURCES = ("export/tflite_op", "firmware_models/kernels")
+
+
+def _readme(kinds: list[str]) -> str:
+    return f"""# edgeosc Raspberry Pi bundle
+
+Int8 keyword-spotting models ({", ".join(kinds)}) and the torch-free benchmark that measured them on
+the build machine. Run it on the Pi, bring `results/` back, and `edgeosc compare RUN --board
+results/bench-<host>.json` adds the Pi's measurements (labelled measured, with the board named) to the
+report.
+
+## Set up (Raspberry Pi OS 64-bit: ai-edge-litert has aarch64 wheels; Python 3.9+)
+
+    python3 -m venv .venv && . .venv/bin/activate
+    pip install -r requirements.txt
+
+## Measure
+
+    ./run_bench.sh                                 # latency, memory, system info -> results/
+    ./run_bench.sh --power pmic                    # + energy per inference (Raspberry Pi 5 PMIC)
+    ./run_bench.sh --power ina219 --shunt-ohms 0.1 # + energy from an INA219 on I2C bus 1 (pip install smbus2)
+    ./run_bench.sh --power-log meter.csv           # + energy from a USB power meter's CSV log
+
+Keep the Pi otherwise idle; set the governor to `performance` for stable numbers
+(`echo performance | sudo tee /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor`).
+Energy is the integral of power over the timed runs minus the idle power measured just before.
+
+## Listen
+
+    python -m edgeosc listen models/oscillator/int8.tflite --wav some.wav   # or --mic (pip install sounddevice)
+"""
+
+
+def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bool = True) -> Path:
+    """Write the bundle folder (and a .tar.gz beside it) from a pipeline run's TFLite exports."""
+    run_dir = Path(run_dir)
+    kinds = [k for k in ("oscillator", "softmax") if (run_dir / f"export-{k}" / "tflite").is_dir()]
+    if not kinds:
+        raise FileNotFoundError(f"{run_dir}: no export-<kind>/tflite folders; run `edgeosc pipeline` first")
+    out = Path(out or run_dir / "rpi-bundle")
+    if out.exists():
+        shutil.rmtree(out)
+    for kind in kinds:
+        for name in MODEL_FILES:
+            src = run_dir / f"export-{kind}" / "tflite" / name
+            if src.is_file():
+                (out / "models" / kind).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, out / "models" / kind / name)
+    shutil.copytree(ROOT / "edgeosc", out / "edgeosc", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for rel in C_SOURCES:
+        shutil.copytree(ROOT / rel, out / rel, ignore=shutil.ignore_patterns("*.o", "*.so", "build"))
+    (out / "requirements.txt").write_text(REQUIREMENTS)
+    (out / "README.md").write_text(_readme(kinds))
+    models = " ".join(f"models/{k}/int8.tflite" for k in kinds)
+    script = out / "run_bench.sh"
+    script.write_text(f"""#!/bin/sh
+# Latency (and, with --power/--power-log, energy) of the int8 models on this board -> results/
+set -e
+cd "$(dirname "$0")"
+mkdir -p results
+python -m edgeosc bench {models} --runs 500 --json "results/bench-$(hostname).json" "$@"
+""")
+    script.chmod(0o755)
+    (out / "results").mkdir()
+    if archive:
+        with atomic_path(out.with_suffix(".tar.gz")) as tmp, tarfile.open(tmp, "w:gz") as tar:
+            tar.add(out, arcname=out.name)
+    return out
