@@ -35,9 +35,12 @@ MAKE = ["make", "-s", "-j2", "-C", str(FIRMWARE), f"PYTHON={sys.executable}"]
 rng = np.random.default_rng(0)
 
 
-def make(build: Path, models, *targets, **env):
-    vars_ = [f"BUILD={build}", f"MODELS={' '.join(map(str, models))}", *(f"{k}={v}" for k, v in env.items())]
-    return subprocess.run([*MAKE, *vars_, *targets], capture_output=True, text=True, check=True).stdout
+def make(build: Path, models, *targets, **variables) -> str:
+    """make -C firmware_models with BUILD and MODELS set; its stdout (its stderr on failure)."""
+    args = [f"BUILD={build}", f"MODELS={' '.join(map(str, models))}", *(f"{k}={v}" for k, v in variables.items())]
+    res = subprocess.run([*MAKE, *args, *targets], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
 
 
 def host(exe: Path, samples: np.ndarray) -> np.ndarray:
@@ -153,8 +156,8 @@ def built(trained, tmp_path_factory):
             qat = nets[kind]["qat"].eval()
             files[short] = (Graph(qat.net, qat).build(), FeatureConfig())
             files[f"{short}_ops"] = (files[short][0], FeatureConfig())
-        files["osc_custom"] = (Graph(nets["oscillator"]["qat"].net, nets["oscillator"]["qat"], custom_core=True).build(),
-                               FeatureConfig())
+        osc = nets["oscillator"]["qat"]
+        files["osc_custom"] = (Graph(osc.net, osc, custom_core=True).build(), FeatureConfig())
     models = {}
     for name, (data, features) in files.items():
         path = root / "tflite" / f"{name}.tflite"
@@ -169,8 +172,13 @@ def built(trained, tmp_path_factory):
     return models
 
 
+def builtin_tflite(built, name: str) -> Path:
+    """The builtin-op .tflite a model's firmware must match (TFLite Micro runs no custom op)."""
+    return built["osc"]["tflite"] if name == "osc_custom" else built[name]["tflite"]
+
+
 def model_inputs(built, name: str) -> np.ndarray:
-    info = load(built[name]["tflite"], interpreter="tflite-micro").inputs[0]
+    info = load(builtin_tflite(built, name), interpreter="tflite-micro").inputs[0]
     real = info.quantize(built["_inputs"]).reshape(len(built["_inputs"]), -1)
     return np.concatenate([real, random_samples(16, real.shape[1])])
 
@@ -181,8 +189,7 @@ def model_inputs(built, name: str) -> np.ndarray:
 def test_model_matches_tflite_micro(built, name):
     x = model_inputs(built, name)
     assert len(x) >= 100
-    source = built["osc"]["tflite"] if name == "osc_custom" else built[name]["tflite"]  # TFLM has no custom op
-    want = tflm(source, x)
+    want = tflm(builtin_tflite(built, name), x)
     got = host(built[name]["exe"], x)
     assert got.shape == want.shape and len(np.unique(want, axis=0)) > 50  # varied logits
     np.testing.assert_array_equal(got, want)
@@ -216,7 +223,8 @@ def test_oscillator_core_matches_reference_and_tflite_micro(built):
     np.testing.assert_array_equal(host(built["core_fused"]["exe"], flat), want_all[:, :n_out])
     assert "edgeosc_oscillator_core_int8" in (built["core_fused"]["dir"] / "core_fused_model.c").read_text()
     flat4 = np.array([np.concatenate([x.ravel() for x in core_inputs(rng, 4, 49, 8, 8, 8)]) for _ in range(50)])
-    np.testing.assert_array_equal(host(built["core_bmm_fused"]["exe"], flat4), tflm(built["core_bmm_fused"]["tflite"], flat4))
+    bmm = built["core_bmm_fused"]
+    np.testing.assert_array_equal(host(bmm["exe"], flat4), tflm(bmm["tflite"], flat4))
 
 
 def test_arena_is_planned(built):
@@ -293,8 +301,8 @@ def test_frontend_matches_features(built):
 def cross_compiler() -> str | None:
     if shutil.which("arm-none-eabi-gcc"):
         return "arm-none-eabi-gcc"
-    return "ziglang" if subprocess.run([sys.executable, "-m", "ziglang", "version"], capture_output=True).returncode == 0 \
-        else None
+    zig = subprocess.run([sys.executable, "-m", "ziglang", "version"], capture_output=True)
+    return "ziglang" if zig.returncode == 0 else None
 
 
 @pytest.mark.parametrize("cpu, board", [("cortex-m4", "mps2-an386"), ("cortex-m7", "mps2-an500")])
@@ -318,8 +326,9 @@ def test_cortex_m_build_sizes_and_qemu(built, cpu, board):
         inputs = build / f"{n}_inputs.bin"
         inputs.write_bytes(x.tobytes())
         run = subprocess.run(["qemu-system-arm", "-M", board, "-nographic", "-monitor", "none", "-serial", "none",
-                              "-semihosting-config", "enable=on,target=native", "-kernel", str(build / cpu / f"{n}.elf"),
-                              "-append", str(inputs)], capture_output=True, text=True, timeout=120)
+                              "-semihosting-config", "enable=on,target=native", "-kernel",
+                              str(build / cpu / f"{n}.elf"), "-append", str(inputs)],
+                             capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr[-500:]
         got = np.array([[int(v) for v in line.split()] for line in run.stderr.splitlines()])
         np.testing.assert_array_equal(got, host(built[n]["exe"], x))
@@ -331,7 +340,8 @@ def test_cli_export_c(built, tmp_path):
     from click.testing import CliRunner
 
     from edgeosc.cli import main
-    res = CliRunner().invoke(main, ["export", "--format", "c", str(built["sof"]["tflite"]), "--out", str(tmp_path / "kws")])
+    args = ["export", "--format", "c", str(built["sof"]["tflite"]), "--out", str(tmp_path / "kws")]
+    res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "RAM:" in res.output and (tmp_path / "kws" / "kws_model.c").is_file()
 

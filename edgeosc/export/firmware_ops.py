@@ -111,9 +111,9 @@ def read_graph(data: bytes) -> Graph:
 
 @dataclass
 class Array:
-    """A constant array in flash (multipliers, shifts, tables)."""
+    """A constant array in flash (multipliers, shifts, exp tables); its C name is made from name."""
     values: np.ndarray
-    ctype: str
+    name: str
 
 
 @dataclass
@@ -192,6 +192,11 @@ def broadcast(a: tuple, b: tuple, out: tuple) -> dict:
     return dict(dims=[1] * (4 - len(out)) + list(out), stride_a=strides(a), stride_b=strides(b))
 
 
+def same_heads(q: Tensor, k: Tensor, *others: Tensor) -> bool:
+    """The fused cores' layout: q and k [.., H, T, d], the others [.., H, T, *] with the same leading dims."""
+    return len(q.shape) >= 3 and k.shape == q.shape and all(t.shape[:-1] == q.shape[:-1] for t in others)
+
+
 # ---- the lowering -------------------------------------------------------------------------------------
 
 class Lowering:
@@ -256,7 +261,7 @@ class Lowering:
 
     def pool(self, op: Op):
         """TRANSPOSE [1, T, C] -> [1, C, T], FULLY_CONNECTED with one weight value: a sum over T."""
-        if op.kind != "TRANSPOSE" or len(self.t(op.inputs[0]).shape) != 3:
+        if op.kind != "TRANSPOSE" or len(self.t(op.inputs[0]).shape) != 3 or self.t(op.inputs[0]).shape[0] != 1:
             return None
         perm = self.t(op.inputs[1]).data
         fc = self.g.sole_consumer(op.outputs[0], "FULLY_CONNECTED")
@@ -320,10 +325,12 @@ class Lowering:
         if inv_chain is None or sorted(mul.inputs) != sorted([c, inv_chain[2]]):
             return None
         out_op = g.sole_consumer(mul.outputs[0], "BATCH_MATMUL")
-        if not plain(out_op) or out_op.inputs[0] != mul.outputs[0]:
+        if not plain(out_op) or out_op.inputs[0] != mul.outputs[0] or mul.options.fusedActivationFunction:
             return None
         T = self.t
         q, k, v, rt = T(op.inputs[0]), T(op.inputs[1]), T(out_op.inputs[1]), T(r)
+        if not same_heads(q, k, v, rt):
+            return None
         pts = {n: T(i) for n, i in dict(qk=op.outputs[0], w=w_chain[2], wn=wn_op.outputs[0], h=h_op.outputs[0],
                                         z=z_op.outputs[0], zr=zr_op.outputs[0], c=c, sum=summ[0].outputs[0],
                                         inv=inv_chain[2], a=mul.outputs[0], out=out_op.outputs[0]).items()}
@@ -351,7 +358,8 @@ class Lowering:
         return self.emit("edgeosc_oscillator_core_int8", args, ops, label, scratch=T + 2 * dr)
 
     def custom_core(self, op: Op) -> Call:
-        """EdgeOscAttention (export/tflite_op): its options' scales, recomputed for TFLite Micro's rounding."""
+        """EdgeOscAttention (export/tflite_op): multipliers from its options' scales as the builtin chain's in
+        TFLite Micro (the op's "rounding" option names the TFLite interpreter it mimics; firmware follows TFLM)."""
         from flatbuffers import flexbuffers
 
         from .tflite_op import POINTS
@@ -387,6 +395,8 @@ class Lowering:
             return None
         q, k, qk, a, v, out = (self.t(i) for i in (*op.inputs, op.outputs[0], sm.outputs[0], out_op.inputs[1],
                                                     out_op.outputs[0]))
+        if not same_heads(q, k, v):
+            return None
         mult, shift, diff_min = self.softmax_params(qk, a, sm)
         fields = dict(heads=int(np.prod(q.shape[:-2])), tokens=q.shape[-2], d_head=q.shape[-1], d_value=v.shape[-1],
                       zp_q=q.z, zp_k=k.z, zp_v=v.z, zp_qk=qk.z, zp_out=out.z, rq_qk=product_rq(q.s, k.s, qk.s),

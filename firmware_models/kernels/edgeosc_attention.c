@@ -42,6 +42,18 @@ void edgeosc_softmax_row_int8(const int8_t *x, int n, int32_t beta_multiplier,
   }
 }
 
+void edgeosc_softmax_row_lut_int8(const int8_t *x, int n, const int32_t *exp_lut, int8_t *out) {
+  int32_t max = -128, sum = 0, scale;
+  int i, bits_over_unit, exponent;
+  for (i = 0; i < n; ++i)
+    if (x[i] > max) max = x[i];
+  for (i = 0; i < n; ++i) sum += edgeosc_rdbpot(exp_lut[max - x[i]], 12);
+  scale = edgeosc_reciprocal(sum, 12, &bits_over_unit);
+  exponent = bits_over_unit + 31 - 8;
+  for (i = 0; i < n; ++i) /* a left-out entry has exp 0, so it lands on -128 as in the reference */
+    out[i] = clamp8(edgeosc_rdbpot(edgeosc_srdhm(scale, exp_lut[max - x[i]]), exponent) - 128);
+}
+
 /* One row of q k^T for query i of a head: T requantized scores. */
 static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t zq, int32_t zk,
                       EdgeoscRequant rq, int32_t zo, int rounding, int8_t *row) {
@@ -123,8 +135,11 @@ int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, co
     for (i = 0; i < T; ++i) {
       score_row(qh + (size_t)i * dh, kh, T, dh, p->zp_q, p->zp_k, p->rq_qk, p->zp_qk,
                 p->round_matmul, scratch);
-      edgeosc_softmax_row_int8(scratch, T, p->beta_multiplier, p->beta_left_shift, p->diff_min,
-                               scratch);
+      if (p->exp_lut)
+        edgeosc_softmax_row_lut_int8(scratch, T, p->exp_lut, scratch);
+      else
+        edgeosc_softmax_row_int8(scratch, T, p->beta_multiplier, p->beta_left_shift, p->diff_min,
+                                 scratch);
       mix_row(scratch, vh, T, dv, -128, p->zp_v, p->rq_out, p->zp_out, p->round_matmul,
               out + ((size_t)hd * T + i) * dv);
     }

@@ -57,6 +57,7 @@ typedef struct {
   EdgeoscRequant rq_qk, rq_out;
   int32_t beta_multiplier, beta_left_shift, diff_min;
   int32_t round_matmul;
+  const int32_t *exp_lut; /* NULL: fixed-point exps; else edgeosc_softmax_row_lut_int8's table */
 } EdgeoscSoftmaxParams;
 
 #define EDGEOSC_SOFTMAX_SCRATCH_BYTES(tokens) ((size_t)(tokens))
@@ -65,12 +66,17 @@ typedef struct {
 int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, const int8_t *k,
                               const int8_t *v, int8_t *out, int8_t *scratch);
 
-/** TFLite reference int8 L2_NORMALIZATION of one row (output scale 1/128, zero point 0). */
+/** TFLite reference int8 L2_NORMALIZATION of one row (output scale 1/128, zero point 0); out may be x. */
 void edgeosc_l2norm_row_int8(const int8_t *x, int n, int32_t zero_point, int8_t *out);
 
 /** TFLite (Micro) reference int8 SOFTMAX of one row (output scale 1/256, zero point -128). */
 void edgeosc_softmax_row_int8(const int8_t *x, int n, int32_t beta_multiplier,
                               int32_t beta_left_shift, int32_t diff_min, int8_t *out);
+
+/** The same row from a table of its exps: an int8 input has only 256 differences to the row maximum,
+ * so exp_lut[d] holds the Q0.31 exp of diff = -d (0 where diff < diff_min, which the reference leaves
+ * out), computed once by edgeosc/integer_ref.py softmax_exp_table. Bit-exact with the row above. */
+void edgeosc_softmax_row_lut_int8(const int8_t *x, int n, const int32_t *exp_lut, int8_t *out);
 
 #ifdef __cplusplus
 }
