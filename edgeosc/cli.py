@@ -39,8 +39,9 @@ def data_options(fn):
         click.option("--dataset", type=click.Choice(DATASETS), default="synth", show_default=True,
                      help="synth: embedded eSpeak NG keywords (no download); speech-commands / fsdd: your download."),
         click.option("--data-dir", type=click.Path(file_okay=False), help="Folder of the downloaded dataset."),
-        click.option("--task", type=click.Choice(["12", "all"]), default="12", show_default=True,
-                     help="Speech Commands: 10 words + unknown + silence, or every word as a class."),
+        click.option("--task", type=click.Choice(["12", "all", "digits"]), default="12", show_default=True,
+                     help="12: 10 words + unknown + silence; all: every Speech Commands word as a class; "
+                          "digits: the synthetic set speaks FSDD's ten digits (to pretrain for FSDD)."),
         click.option("--data-seed", type=int, default=0, show_default=True, help="Seed of the synthetic set / balancing."),
         click.option("--n-voices", type=int, default=None, help="Synthetic set: number of voice variants (default all)."),
         click.option("--renditions", type=int, default=4, show_default=True,

@@ -22,7 +22,7 @@ class DataConfig:
 
     dataset: str = "synth"
     data_dir: str | None = None  # required for speech-commands and fsdd
-    task: str = "12"  # speech-commands: "12" (10 words + unknown + silence) or "all" words
+    task: str = "12"  # "12" (10 words + unknown + silence); speech-commands: or "all" words; synth: or "digits"
     seed: int = 0  # synthetic set and class balancing
     n_voices: int | None = None  # synth: None = every voice variant
     renditions: int = 4  # synth: clips per voice and class
@@ -32,6 +32,9 @@ class DataConfig:
     def __post_init__(self):
         if self.dataset not in DATASETS:
             raise ValueError(f"unknown dataset {self.dataset!r}; choose from {DATASETS}")
+        tasks = {"synth": ("12", "digits"), "speech-commands": ("12", "all"), "fsdd": ("12",)}[self.dataset]
+        if self.task not in tasks:
+            raise ValueError(f"task {self.task!r} does not apply to {self.dataset}; choose from {tasks}")
         if self.dataset != "synth" and not self.data_dir:
             raise ValueError(f"dataset {self.dataset!r} needs --data-dir pointing at your download")
 

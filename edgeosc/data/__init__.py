@@ -20,7 +20,7 @@ def load_dataset(cfg: DataConfig, cache_dir: str | Path | None = None, progress:
     if cfg.dataset == "synth":
         from .synth import load_synth
         return load_synth(cache_dir, seed=cfg.seed, n_voices=cfg.n_voices, renditions=cfg.renditions,
-                          progress=progress)
+                          progress=progress, task=cfg.task)
     if cfg.dataset == "speech-commands":
         from .speech_commands import load_speech_commands
         return load_speech_commands(cfg.data_dir, task=cfg.task, cache_dir=cache_dir, seed=cfg.seed,

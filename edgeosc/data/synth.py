@@ -13,7 +13,7 @@ import numpy as np
 from scipy.signal import resample_poly
 from tqdm import tqdm
 
-from ..config import KWS12_CLASSES, SILENCE, UNKNOWN, FeatureConfig
+from ..config import DIGITS, KWS12_CLASSES, SILENCE, UNKNOWN, FeatureConfig
 from .clipset import ClipSet, DataError
 
 GENERATOR_VERSION = 1  # bump whenever the recipe changes, so stale caches are regenerated
@@ -187,8 +187,16 @@ def _noise_bank(eng: _Espeak, voices: list[str], rng: np.random.Generator) -> np
     return np.clip(np.round(np.concatenate(parts) * 10 ** (-25 / 20) * 32767), -32768, 32767).astype(np.int16)
 
 
-def synthesize(*, seed: int = 0, n_voices: int | None = None, renditions: int = 4, progress: bool = True) -> ClipSet:
-    """The 12-class synthetic keyword set: the first n_voices of VOICES, `renditions` clips per voice and class."""
+# task -> classes: the 12 Speech Commands classes, or the 10 spoken digits (FSDD's classes, to pretrain for it)
+TASKS = {"12": KWS12_CLASSES, "digits": DIGITS}
+
+
+def synthesize(*, seed: int = 0, n_voices: int | None = None, renditions: int = 4, progress: bool = True,
+               task: str = "12") -> ClipSet:
+    """The synthetic set of `task`: the first n_voices of VOICES, `renditions` clips per voice and class."""
+    if task not in TASKS:
+        raise ValueError(f"unknown synthetic task {task!r}; choose from {sorted(TASKS)}")
+    classes = TASKS[task]
     if n_voices is not None and not 1 <= n_voices <= len(VOICES):
         raise ValueError(f"n_voices must be in 1..{len(VOICES)}")
     if renditions < 1:
@@ -198,14 +206,14 @@ def synthesize(*, seed: int = 0, n_voices: int | None = None, renditions: int = 
     n_hold = max(1, round(0.15 * len(voices))) if len(voices) >= 3 else 0
     order = _rng(seed, "split").permutation(len(voices))
     split_of = {voices[i]: "val" if k < n_hold else "test" if k < 2 * n_hold else "train" for k, i in enumerate(order)}
-    n = len(voices) * len(KWS12_CLASSES) * renditions
+    n = len(voices) * len(classes) * renditions
     audio, labels, groups = np.empty((n, N), np.int16), np.empty(n, np.int64), []
     eng = _Espeak()
     try:
         with tqdm(total=n, disable=not progress, desc="eSpeak keywords", unit="clip") as bar:
             k = 0
             for voice in voices:
-                for c, name in enumerate(KWS12_CLASSES):
+                for c, name in enumerate(classes):
                     for r in range(renditions):
                         rng = _rng(seed, voice, name, r)
                         if name == SILENCE:
@@ -221,22 +229,22 @@ def synthesize(*, seed: int = 0, n_voices: int | None = None, renditions: int = 
     finally:
         eng.close()
     groups = np.array(groups)
-    meta = dict(source="espeak-ng", generator=GENERATOR_VERSION, seed=seed, n_voices=n_voices,
+    meta = dict(source="espeak-ng", generator=GENERATOR_VERSION, task=task, seed=seed, n_voices=n_voices,
                 renditions=renditions, espeak_version=version, voices=voices, sample_rate=SR,
                 sha256=hashlib.sha256(audio.tobytes()).hexdigest())
     return ClipSet(audio=audio, labels=labels, groups=groups, split=np.array([split_of[g] for g in groups]),
-                   classes=tuple(KWS12_CLASSES), noise=noise, meta=meta)
+                   classes=tuple(classes), noise=noise, meta=meta)
 
 
 def load_synth(cache_dir: str | Path, *, seed: int = 0, n_voices: int | None = None, renditions: int = 4,
-               progress: bool = True) -> ClipSet:
+               progress: bool = True, task: str = "12") -> ClipSet:
     """The cached synthetic set if complete and made with these settings, else synthesize it and cache it."""
-    folder = Path(cache_dir) / f"synth-s{seed}-v{n_voices}-r{renditions}"
-    want = dict(generator=GENERATOR_VERSION, seed=seed, n_voices=n_voices, renditions=renditions)
+    folder = Path(cache_dir) / (f"synth-s{seed}-v{n_voices}-r{renditions}" + ("" if task == "12" else f"-{task}"))
+    want = dict(generator=GENERATOR_VERSION, seed=seed, n_voices=n_voices, renditions=renditions, task=task)
     cs = ClipSet.load(folder)
-    if (cs is not None and all(cs.meta.get(k) == v for k, v in want.items())
+    if (cs is not None and all(cs.meta.get(k, "12" if k == "task" else None) == v for k, v in want.items())
             and cs.meta.get("sha256") == hashlib.sha256(cs.audio.tobytes()).hexdigest()):
         return cs
-    cs = synthesize(seed=seed, n_voices=n_voices, renditions=renditions, progress=progress)
+    cs = synthesize(seed=seed, n_voices=n_voices, renditions=renditions, progress=progress, task=task)
     cs.save(folder)
     return cs
