@@ -82,3 +82,13 @@ def test_missing_library_is_a_data_error(monkeypatch):
     monkeypatch.setattr(espeakng_loader, "get_library_path", lambda: "/nonexistent/libespeak-ng.so")
     with pytest.raises(DataError, match="libespeak-ng"):
         synth.synthesize(seed=0, n_voices=1, renditions=1, progress=False)
+
+
+def test_digits_task_speaks_fsdds_classes(tmp_path):
+    from edgeosc.config import DIGITS, DataConfig
+    cs = synth.load_synth(tmp_path, n_voices=3, renditions=1, task="digits", progress=False)
+    assert cs.classes == DIGITS and len(cs.audio) == 30 and cs.meta["task"] == "digits"
+    assert np.bincount(cs.labels).tolist() == [3] * 10
+    assert (tmp_path / "synth-s0-v3-r1-digits").is_dir()  # cached apart from the keyword set
+    with pytest.raises(ValueError, match="task 'digits' does not apply to fsdd"):
+        DataConfig(dataset="fsdd", data_dir="x", task="digits")
