@@ -156,6 +156,10 @@ class BenchConfig:
     runs: int = 200
     warmup: int = 20
     threads: int = 1
+    # estimates (bench/estimate.py): the cores the firmware is emulated on, and the attention-core sweep
+    targets: tuple[str, ...] = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-a53", "cortex-a72")
+    scaling_tokens: tuple[int, ...] = (25, 49, 98, 196)
+    scaling_d_osc: tuple[int, ...] = (2, 4, 8, 16)
 
 
 def to_dict(cfg) -> dict:

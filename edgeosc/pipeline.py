@@ -1,4 +1,5 @@
-"""The main job end to end: data -> float training -> QAT -> exports -> parity -> bench -> compare report.
+"""The main job end to end: data -> float training -> QAT -> exports -> parity and cycle estimates -> bench ->
+compare report.
 
 Each stage writes its outputs into <run>/<stage>/ with a stage.json manifest: the hash of its inputs
 (configuration and the manifests of the stages it reads), its status and its results. A re-run skips
@@ -136,13 +137,18 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
         qat = yield Stage(f"qat-{kind}", dict(float=trained["key"], qat=to_dict(cfg.qat), quant=to_dict(cfg.quant)),
                           lambda f, k=kind: impl.train_qat(cfg, run_dir / f"train-{k}", f, cache_dir, progress))
         exported = yield Stage(f"export-{kind}", dict(qat=qat["key"], export=to_dict(cfg.export)),
-                               lambda f, k=kind: impl.export_all(cfg, run_dir / f"qat-{k}", f))
+                               lambda f, k=kind: impl.export_all(cfg, k, run_dir / f"qat-{k}", f))
         parity = yield Stage(f"parity-{kind}", dict(export=exported["key"]),
                              lambda f, k=kind: impl.parity(cfg, run_dir, k, f, cache_dir))
-        keys[kind] = parity["key"]
+        estimate = yield Stage(f"estimate-{kind}", dict(export=exported["key"], targets=cfg.bench.targets),
+                               lambda f, k=kind: impl.estimate(cfg, run_dir, k, f, cache_dir))
+        keys[kind] = [parity["key"], estimate["key"]]
+    scaling = yield Stage("scaling", dict(tokens=cfg.bench.scaling_tokens, d_osc=cfg.bench.scaling_d_osc),
+                          lambda f: impl.scaling(cfg, f))
     bench = yield Stage("bench", dict(parity=keys, bench=to_dict(cfg.bench)),
                         lambda f: impl.bench(cfg, run_dir, f))
-    yield Stage("report", dict(bench=bench["key"], parity=keys), lambda f: impl.report(cfg, run_dir, f))
+    yield Stage("report", dict(bench=bench["key"], models=keys, scaling=scaling["key"]),
+                lambda f: impl.report(cfg, run_dir, f))
 
 
 def run_pipeline(cfg: PipelineConfig, run_dir: str | Path, cache_dir=None, progress: bool = True,

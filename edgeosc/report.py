@@ -31,8 +31,67 @@ def collect(run_dir: str | Path, board_results: list[str | Path] = ()) -> dict:
     for k in kinds:
         out["models"][k] = dict(float=_stage(run_dir, f"train-{k}"), qat=_stage(run_dir, f"qat-{k}"),
                                 export=_stage(run_dir, f"export-{k}"),
-                                parity=_json(run_dir / f"parity-{k}" / "parity.json"))
+                                parity=_json(run_dir / f"parity-{k}" / "parity.json"),
+                                estimate=_json(run_dir / f"estimate-{k}" / "estimate.json"))
+    out["scaling"] = _json(run_dir / "scaling" / "scaling.json")
     return out
+
+
+def _estimates(r: dict) -> list[dict]:
+    """One row per (core, device, model kind): cycles, latency, energy of the whole model and of attention."""
+    rows = []
+    for k in r["kinds"]:
+        est = r["models"][k]["estimate"]
+        for core, t in ((est or {}).get("targets") or {}).items():
+            for dev, d in t["model"]["devices"].items():
+                att = (t.get("attention") or {}).get("devices", {}).get(dev, {})
+                rows.append(dict(kind=k, core=core, device=dev, clock_mhz=d["clock_mhz"], cycles=t["model"]["cycles"],
+                                 attention_cycles=(t.get("attention") or {}).get("cycles"), latency_ms=d["latency_ms"],
+                                 attention_ms=att.get("latency_ms"), energy_uj=d["energy_uj"],
+                                 attention_uj=att.get("energy_uj"), macs=t["model"]["macs"],
+                                 cycles_per_mac=t["model"]["cycles_per_mac"], compiler=t["compiler"]))
+    return rows
+
+
+def _estimate_lines(r: dict) -> list[str]:
+    rows = _estimates(r)
+    if not rows:
+        return []
+    by = {(x["core"], x["device"], x["kind"]): x for x in rows}
+    lines = ["", "## Cycles, latency and energy per inference (estimated)", "",
+             "The C firmware (`firmware_models/`, bit-exact with TFLite Micro) emulated instruction by instruction "
+             "on each core (unicorn), instructions priced with the core's published timing table "
+             "(`edgeosc/bench/cycles.py`), at the device's clock and measured power (`edgeosc/bench/devices.py`: "
+             "MLPerf Tiny and Raspberry Pi figures). Whole model / attention cores alone.", "",
+             "| core | device | model | Mcycles | latency ms | energy µJ | attention ms | attention µJ | cycles/MAC |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (core, dev, kind), x in by.items():
+        lines.append(f"| {core} | {dev} @ {x['clock_mhz']:.0f} MHz | {kind} | {x['cycles'] / 1e6:.2f} | "
+                     f"{x['latency_ms']:.2f} | {x['energy_uj']:.0f} | {x['attention_ms'] or 0:.2f} | "
+                     f"{x['attention_uj'] or 0:.0f} | {x['cycles_per_mac']:.1f} |")
+    first = {}  # one device per core: the ratio does not depend on the clock
+    for core, dev, kind in by:
+        first.setdefault(core, dev)
+    pairs = [(core, dev) for core, dev in first.items() if (core, dev, "oscillator") in by and (core, dev, "softmax") in by]
+    if pairs:
+        lines += ["", "Oscillator / softmax (estimated): " + "; ".join(
+            f"{core}: energy {by[(core, dev, 'oscillator')]['energy_uj'] / by[(core, dev, 'softmax')]['energy_uj']:.2f}x"
+            f" (attention {by[(core, dev, 'oscillator')]['attention_uj'] / by[(core, dev, 'softmax')]['attention_uj']:.2f}x)"
+            for core, dev in dict.fromkeys(pairs) if by[(core, dev, 'softmax')]['attention_uj'])]
+    return lines
+
+
+def _scaling_lines(r: dict) -> list[str]:
+    sc = r.get("scaling")
+    if not sc:
+        return []
+    lines = ["", f"## Attention cores vs sequence length T and d_osc ({sc['core']}, estimated)", "",
+             "One call of the fused core (4 heads, d_h 8); softmax with its exp table as the firmware runs it.", "",
+             "| T | d_osc | oscillator cycles | softmax cycles | oscillator / softmax |", "|---|---|---|---|---|"]
+    for row in sc["rows"]:
+        lines.append(f"| {row['T']} | {row['d_osc']} | {row['oscillator_cycles']:,.0f} | "
+                     f"{row['softmax_cycles']:,.0f} | {row['ratio']:.2f}x |")
+    return lines
 
 
 def _pct(x) -> str:
@@ -91,6 +150,7 @@ def markdown(r: dict) -> str:
         for row in r["bench"]["latency"]:
             lines.append(f"| {row['file']} | {row['runtime']} | {row['oscillator']['median_ms']:.3f} | "
                          f"{row['softmax']['median_ms']:.3f} | {row['ratio']:.2f}x |")
+    lines += _estimate_lines(r) + _scaling_lines(r)
     for board in r["boards"]:
         s = board.get("system", {})
         lines += ["", f"## Measured on a board: {s.get('cpu', '?')} (`{board['source']}`)", "",
@@ -135,6 +195,42 @@ def plot_latency(r: dict, path: Path) -> Path | None:
     return path
 
 
+def plot_estimates(r: dict, path: Path) -> Path | None:
+    """Energy per inference vs int8 accuracy per target, and the cores' cycles vs T and d_osc."""
+    rows, sc = _estimates(r), r.get("scaling")
+    if not rows and not sc:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for kind, marker in (("oscillator", "o"), ("softmax", "s")):
+        acc = (r["models"].get(kind, {}).get("qat") or {}).get("test_accuracy")
+        pts = [x for x in rows if x["kind"] == kind]
+        if acc is not None and pts:
+            axes[0].scatter([x["energy_uj"] for x in pts], [100 * acc] * len(pts), marker=marker, label=kind)
+            for x in pts:
+                axes[0].annotate(x["device"], (x["energy_uj"], 100 * acc), fontsize=6, rotation=30)
+    axes[0].set_xscale("log")
+    axes[0].set(xlabel="energy per inference, µJ (estimated)", ylabel="int8 test accuracy, %",
+                title="Energy vs accuracy per target")
+    axes[0].legend()
+    if sc:
+        for d in sorted({row["d_osc"] for row in sc["rows"]}):
+            pts = [row for row in sc["rows"] if row["d_osc"] == d]
+            axes[1].plot([p["T"] for p in pts], [p["oscillator_cycles"] for p in pts], "o-", label=f"oscillator d_osc {d}")
+        soft = {row["T"]: row["softmax_cycles"] for row in sc["rows"]}
+        axes[1].plot(list(soft), list(soft.values()), "k--", label="softmax")
+        axes[1].set(xscale="log", yscale="log", xlabel="tokens T", ylabel=f"cycles per call ({sc['core']})",
+                    title="Attention core cost vs T and d_osc (estimated)")
+        axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+    return path
+
+
 def write_report(run_dir: str | Path, folder: str | Path | None = None, board_results=()) -> Path:
     run_dir = Path(run_dir)
     folder = Path(folder or run_dir / "report")
@@ -144,6 +240,8 @@ def write_report(run_dir: str | Path, folder: str | Path | None = None, board_re
     text = markdown(r)
     if plot_latency(r, folder / "latency.png"):
         text += "\n![latency per runtime](latency.png)\n"
+    if plot_estimates(r, folder / "estimates.png"):
+        text += "\n![energy vs accuracy; cost vs T and d_osc](estimates.png)\n"
     path = folder / "report.md"
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text)

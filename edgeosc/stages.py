@@ -48,13 +48,19 @@ def _accuracy(res: dict) -> dict:
     return {k: res[k] for k in keep if k in res}
 
 
-def export_all(cfg, qat_dir: Path, folder: Path) -> dict:
-    """ONNX and TFLite files of the QAT model (and the C firmware where the firmware module is present)."""
+def firmware_name(kind: str) -> str:
+    return f"kws_{kind}"
+
+
+def export_all(cfg, kind: str, qat_dir: Path, folder: Path) -> dict:
+    """ONNX and TFLite files of the QAT model, and its C firmware (export-<kind>/kws_<kind>/)."""
     from .export import TARGETS, export_checkpoint
     files = {}
     for target in TARGETS:
-        out = export_checkpoint(qat_dir / "best.pt", folder / target, target, cfg.export)
-        files.update({f"{target}/{p.name}": p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()})
+        sub = firmware_name(kind) if target == "c" else target
+        out = export_checkpoint(qat_dir / "best.pt", folder / sub, target, cfg.export)
+        files.update({f"{sub}/{p.name}": p.stat().st_size for p in sorted(out.iterdir())
+                      if p.is_file() and p.suffix in (".onnx", ".tflite", ".c", ".h")})
     return dict(files=files)
 
 
@@ -78,6 +84,35 @@ def parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
         for name in res["int8_tflite"]["interpreters"] if "no XNNPACK" not in name}
     write_json(folder / "parity.json", res)
     return res
+
+
+def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
+    """Cycles, latency and energy of one inference of the C firmware on Cortex-M and Cortex-A cores
+    (emulated, priced with each core's timing table and device profiles: estimated), on a test clip."""
+    import torch
+    from . import runtime
+    from .bench.estimate import estimate_model
+    from .features import FeatureExtractor
+    from .train import Batches, load_checkpoint
+    ckpt = load_checkpoint(run_dir / f"qat-{kind}" / "best.pt")
+    feats = next(Batches(_dataset(cfg, cache_dir), "test", FeatureExtractor(ckpt.feature_cfg),
+                         torch.device("cpu"))(1))[0].numpy()
+    tflite = run_dir / f"export-{kind}" / "tflite" / "int8.tflite"
+    micro = runtime.load(tflite, "tflite-micro")
+    x = micro.inputs[0].quantize(feats)
+    res = estimate_model(run_dir / f"export-{kind}" / firmware_name(kind), firmware_name(kind), x,
+                         targets=cfg.bench.targets, work_dir=folder / "build", tflite=tflite,
+                         expected=micro.run_raw(x))
+    write_json(folder / "estimate.json", res)
+    return dict(targets=list(res["targets"]), verified_against="tflite-micro")
+
+
+def scaling(cfg, folder: Path) -> dict:
+    """Cycles of the fused oscillator and softmax cores on a Cortex-M4 as T and d_osc vary (estimated)."""
+    from .bench.estimate import core_scaling
+    rows = core_scaling(cfg.bench.scaling_tokens, cfg.bench.scaling_d_osc, work_dir=folder / "build")
+    write_json(folder / "scaling.json", dict(core="cortex-m4", rows=rows))
+    return dict(rows=len(rows))
 
 
 def bench(cfg, run_dir: Path, folder: Path) -> dict:

@@ -15,7 +15,8 @@ from conftest import tone_clipset
 
 pytestmark = pytest.mark.skipif(len(runtime.available_interpreters()) < 3, reason="needs the three TFLite interpreters")
 FAST = {"train.epochs": 2, "train.batch_size": 8, "qat.epochs": 1, "qat.batch_size": 8, "quant.calibration_batches": 1,
-        "train.augment.noise_prob": 0.0, "bench.runs": 3, "bench.warmup": 1, "model.dropout": 0.0}
+        "train.augment.noise_prob": 0.0, "bench.runs": 3, "bench.warmup": 1, "model.dropout": 0.0,
+        "bench.targets": ["cortex-m4"], "bench.scaling_tokens": [16], "bench.scaling_d_osc": [2]}
 
 
 @pytest.fixture

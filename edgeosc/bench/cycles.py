@@ -5,6 +5,8 @@ unicorn, calls one symbol with AAPCS arguments, stops when it returns to a magic
 buffers back. Counting is per translation block: each block is decoded once with capstone into a class
 histogram (plus a few pipeline facts: back-to-back loads, address dependencies, dual-issue pairs), and
 the Python hook only counts block executions and conditional-branch outcomes (next block == fall-through).
+Per function: `Run.by_function` attributes each block to the symbol-table function holding it (callees
+not included); `emulate(scopes=...)` also counts named functions' calls with their callees (`Run.scoped`).
 
 `cycles(counts, core)` turns the counts into cycles with a per-core table (`CORES`). Only the Cortex-M4
 table is Arm's published one; every other core is an approximation whose assumptions `CORES[...].notes`
@@ -364,6 +366,11 @@ class Run:
     blocks: int  # distinct translation blocks
     block_executions: int
     seconds: float  # emulation wall time (decode included)
+    # Per function of the symbol table: the counts of the blocks inside it (exclusive: callees not included)
+    by_function: dict = field(default_factory=dict)
+    # Per name in emulate(scopes=...): the counts of every call of it, callees included, and its calls
+    scoped: dict = field(default_factory=dict)
+    scope_calls: dict = field(default_factory=dict)
 
     @property
     def instructions_per_second(self) -> float:
@@ -376,6 +383,12 @@ class Elf:
     isa: str
     segments: tuple[tuple[int, bytes, int], ...]  # (address, file bytes, memory size)
     symbols: Mapping[str, int]
+    sizes: Mapping[str, int] = field(default_factory=dict)  # function symbols: bytes of code
+
+    def functions(self) -> list[tuple[int, int, str]]:
+        """(start, end, name) of each sized function, by address (Thumb bit cleared)."""
+        mask = ~1 if self.isa == "thumb" else ~0
+        return sorted((self.symbols[n] & mask, (self.symbols[n] & mask) + size, n) for n, size in self.sizes.items())
 
     @classmethod
     def read(cls, path: str | Path) -> Elf:
@@ -388,13 +401,15 @@ class Elf:
                 raise ValueError(f"{path}: {machine} is not an ARM ELF")
             segs = tuple((s["p_vaddr"], s.data(), s["p_memsz"]) for s in elf.iter_segments()
                          if s["p_type"] == "PT_LOAD" and s["p_memsz"])
-            syms = {}
+            syms, sizes = {}, {}
             for sec in elf.iter_sections():
                 if sec["sh_type"] == "SHT_SYMTAB":
                     syms.update({s.name: s["st_value"] for s in sec.iter_symbols() if s.name and (
                         s["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT") or  # or a global assembly label
                         (s["st_info"]["type"] == "STT_NOTYPE" and s["st_info"]["bind"] != "STB_LOCAL"))})
-        return cls("thumb" if machine == "EM_ARM" else "a64", segs, syms)
+                    sizes.update({s.name: s["st_size"] for s in sec.iter_symbols()
+                                  if s.name and s["st_info"]["type"] == "STT_FUNC" and s["st_size"]})
+        return cls("thumb" if machine == "EM_ARM" else "a64", segs, syms, sizes)
 
 
 def _pages(lo: int, hi: int) -> tuple[int, int]:
@@ -425,21 +440,24 @@ def _layout(buffers: Mapping[str, np.ndarray]) -> dict[str, int]:
 
 def emulate(elf_path: str | Path, symbol: str, args: Sequence[int | str] = (),
             buffers: Mapping[str, np.ndarray] | None = None, core: str | None = "cortex-m4",
-            timeout_s: float = 600.0) -> Run:
+            timeout_s: float = 600.0, scopes: Sequence[str] = ()) -> Run:
     """Call `symbol(*args)` in the ELF under unicorn and count what executed.
 
     `buffers` go into RAM before the call and come back in `outputs` (same dtype and shape) after it; an
     argument that is a string is the address of the buffer of that name. Integer arguments follow AAPCS
     (r0-r3 then the stack; AArch64: x0-x7 then the stack); floating-point arguments are not supported.
     `core=None` counts instructions and classes only. Raises RuntimeError if the call does not return.
+    `scopes`: functions whose calls are also counted apart, callees included (`Run.scoped`); meant for
+    functions called a few times (each call copies the block counters), not for leaf helpers.
     """
     import unicorn as U
     elf = Elf.read(elf_path)
     model = CORES[core] if core else None
     if model and model.isa != elf.isa:
         raise ValueError(f"{elf_path} is {elf.isa} code; {core} runs {model.isa}")
-    if symbol not in elf.symbols:
-        raise KeyError(f"{elf_path}: no symbol {symbol!r}")
+    for name in (symbol, *scopes):
+        if name not in elf.symbols:
+            raise KeyError(f"{elf_path}: no symbol {name!r}")
     bufs = {k: np.ascontiguousarray(v) for k, v in (buffers or {}).items()}
     where = _layout(bufs)
     thumb = elf.isa == "thumb"
@@ -491,7 +509,8 @@ def emulate(elf_path: str | Path, symbol: str, args: Sequence[int | str] = (),
         uc.reg_write(R.UC_ARM64_REG_CPACR_EL1, 3 << 20)  # FPEN: let FP/SIMD execute
         start, pc_reg, ret_reg = elf.symbols[symbol], R.UC_ARM64_REG_PC, R.UC_ARM64_REG_X0
 
-    counter = _BlockCounter(uc, elf.isa)
+    entries = {elf.symbols[n] & (~1 if thumb else ~0): n for n in scopes}
+    counter = _BlockCounter(uc, elf.isa, entries)
     t0 = time.perf_counter()
     try:
         uc.emu_start(start, RETURN_ADDR, timeout=int(timeout_s * 1e6))
@@ -500,6 +519,7 @@ def emulate(elf_path: str | Path, symbol: str, args: Sequence[int | str] = (),
     seconds = time.perf_counter() - t0
     if counter.error is not None:
         raise counter.error
+    counter.close_scopes()
     pc = uc.reg_read(pc_reg)
     if pc & ~1 != RETURN_ADDR:
         raise RuntimeError(f"{symbol} did not return within {timeout_s} s (pc={pc:#x})")
@@ -508,14 +528,17 @@ def emulate(elf_path: str | Path, symbol: str, args: Sequence[int | str] = (),
                for k, v in bufs.items()}
     ret = uc.reg_read(ret_reg)
     return Run(counts, instructions_in(counts), cycles(counts, model) if model else None, outputs, core, ret,
-               len(counter.blocks), sum(r[0] for r in counter.blocks.values()), seconds)
+               len(counter.blocks), sum(r[0] for r in counter.blocks.values()), seconds,
+               counter.by_function(elf.functions()), {n: counter.counts(e) for n, e in counter.scoped.items()},
+               dict(counter.scope_calls))
 
 
 class _BlockCounter:
     """The unicorn block hook: decodes a block the first time, then only counts it and branch outcomes."""
 
-    def __init__(self, uc, isa: str):
+    def __init__(self, uc, isa: str, entries: Mapping[int, str] | None = None):
         import capstone as C
+        import unicorn as U
         if isa == "thumb":
             self._cs = C.Cs(C.CS_ARCH_ARM, C.CS_MODE_THUMB | C.CS_MODE_MCLASS)
             self._const, self._decode = C.arm_const, _thumb
@@ -528,8 +551,15 @@ class _BlockCounter:
         # per block: [executions, fall-through address if it ends in a conditional branch else 0, not taken]
         self.blocks: dict[tuple[int, int], list] = {}
         blocks, first, prev = self.blocks, self._first, [None]
+        # scopes: entry address -> name; while calls are open, their return address -> [(name, snapshot)]
+        watch = self._watch = dict(entries or {})
+        self.scoped: dict[str, dict] = {}
+        self.scope_calls: dict[str, int] = {}
+        self._lr = (U.arm_const.UC_ARM_REG_LR if isa == "thumb" else U.arm64_const.UC_ARM64_REG_X30)
 
         def on_block(_handle, address, size, _user):
+            if address in watch:  # before counting: an entry block is inside its call, a return block not
+                self._scope_event(watch, address)
             key = (address, size)
             rec = blocks.get(key)
             if rec is None:
@@ -543,6 +573,34 @@ class _BlockCounter:
             prev[0] = rec if rec[1] else None
 
         self._install(uc, on_block)
+
+    def _scope_event(self, watch: dict, address: int) -> None:
+        """Open a call at a scope's entry (snapshot the counters), or close the calls its return address ends."""
+        what = watch[address]
+        if isinstance(what, str):
+            if any(isinstance(v, list) and any(c[0] == what for c in v) for v in watch.values()):
+                return  # a recursive call counts in the open one
+            ret = self.uc.reg_read(self._lr) & ~1
+            watch.setdefault(ret, []).append((what, {k: (r[0], r[2]) for k, r in self.blocks.items()}))
+            return
+        for call in watch.pop(address):  # a list: tail calls share their caller's return address
+            self._close(*call)
+
+    def close_scopes(self) -> None:
+        """Close the calls still open when the emulation stopped (a scope that is the called symbol)."""
+        for ret in [a for a, v in self._watch.items() if isinstance(v, list)]:
+            for call in self._watch.pop(ret):
+                self._close(*call)
+
+    def _close(self, name: str, snap: dict) -> None:
+        acc = self.scoped.setdefault(name, {})
+        for k, r in self.blocks.items():
+            n0, nt0 = snap.get(k, (0, 0))
+            if r[0] > n0:
+                a = acc.setdefault(k, [0, 0])
+                a[0] += r[0] - n0
+                a[1] += r[2] - nt0
+        self.scope_calls[name] = self.scope_calls.get(name, 0) + 1
 
     def _install(self, uc, on_block) -> None:
         """Register the hook as a bare ctypes callback (twice the block rate of Uc.hook_add's wrappers,
@@ -575,10 +633,13 @@ class _BlockCounter:
         rec = self.blocks[key] = [0, address + size if block.cond else 0, 0]
         return rec
 
-    def counts(self) -> dict:
-        """Class histogram over all block executions, with conditional outcomes and misprediction estimate."""
+    def counts(self, executions: Mapping | None = None) -> dict:
+        """Class histogram over block executions (all, or {block: (runs, not taken)}), with conditional
+        outcomes and the misprediction estimate."""
+        if executions is None:
+            executions = {k: (r[0], r[2]) for k, r in self.blocks.items()}
         total = dict.fromkeys(CLASSES + STRUCTURE, 0)
-        for key, (n, ft, not_taken) in self.blocks.items():
+        for key, (n, not_taken) in executions.items():
             block = self.info[key]
             for k, v in block.hist.items():
                 total[k] += v * n
@@ -592,6 +653,17 @@ class _BlockCounter:
                 total["mispredict_est"] += min(taken, not_taken)
         return total
 
+    def by_function(self, functions: list[tuple[int, int, str]]) -> dict:
+        """Counts per function whose [start, end) holds the block's start ("?" when none does)."""
+        import bisect
+        starts = [f[0] for f in functions]
+        groups: dict[str, dict] = {}
+        for key, r in self.blocks.items():
+            i = bisect.bisect_right(starts, key[0]) - 1
+            name = functions[i][2] if i >= 0 and key[0] < functions[i][1] else "?"
+            groups.setdefault(name, {})[key] = (r[0], r[2])
+        return {name: self.counts(e) for name, e in groups.items()}
+
 
 # ---------------------------------------------------------------- building test kernels
 def build_elf(sources: Sequence[str | Path], out: str | Path, core: str = "cortex-m4",
@@ -600,13 +672,24 @@ def build_elf(sources: Sequence[str | Path], out: str | Path, core: str = "corte
     when on PATH, else clang from `pip install ziglang`. Raises FileNotFoundError when neither exists.
 
     The counts depend on the compiler: gcc 12 -O2 does not vectorise the AArch64 dot product, clang does."""
-    import shutil
     import subprocess
-    import sys
-    model = CORES[core]
     # -e: GNU ld falls back to an address for an unknown entry; lld only warns. Nothing runs from it.
     common = ["-ffreestanding", "-nostdlib", "-fno-builtin", "-static", *flags, f"-Wl,-e,{entry or '0'}",
               "-Wl,--no-gc-sections"]  # zig links with --gc-sections, which would drop every function
+    cmd = compiler(core)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([*cmd, *common, *map(str, sources), "-o", str(out)], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed for {core}:\n{done.stderr.strip()}")
+    return out
+
+
+def compiler(core: str) -> list[str]:
+    """The command (with its target flags) that build_elf compiles for `core` with."""
+    import shutil
+    import sys
+    model = CORES[core]
     if model.isa == "thumb":
         fpu = {"cortex-m4": "fpv4-sp-d16", "cortex-m7": "fpv5-d16", "cortex-m33": "fpv5-sp-d16"}[core]
         if shutil.which("arm-none-eabi-gcc"):
@@ -627,9 +710,4 @@ def build_elf(sources: Sequence[str | Path], out: str | Path, core: str = "corte
         except ImportError as e:
             apt = "gcc-arm-none-eabi" if model.isa == "thumb" else "gcc-aarch64-linux-gnu"
             raise FileNotFoundError(f"no compiler for {core}: apt-get install {apt}, or pip install ziglang") from e
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([*cmd, *common, *map(str, sources), "-o", str(out)], capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(cmd[:3])} failed for {core}:\n{done.stderr.strip()}")
-    return out
+    return cmd

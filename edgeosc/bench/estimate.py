@@ -1,0 +1,421 @@
+"""Board-free, deterministic estimates of generated firmware: emulate one inference per core, price it.
+
+estimate_model() builds a firmware_models-style folder (export/firmware.py) for each target core, Thumb-2
+for Cortex-M4/M7/M33 (one build per -mcpu) and freestanding AArch64 for Cortex-A53/A72, calls one
+inference through the harness (th_init, th_load_tensor, th_infer, th_results) under unicorn, checks the
+logits against the host build of the same C (so the counted computation is the right one), and turns the
+instruction classes into cycles (cycles.CORES), latency and energy (devices.DEVICES) and cycles per MAC,
+for the whole model (<name>_run) and for the fused attention cores alone (their calls, callees included).
+core_scaling() does the same for the two attention cores alone as T and d_osc vary.
+
+Estimates, not measurements: cycles.py states what each core table models (no caches, no wait states);
+the counts depend on the compiler (arm-none-eabi-gcc / aarch64-linux-gnu-gcc when on PATH, else zig's
+clang), which each result names. Builds are cached by the hash of their sources, flags and compiler.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache, reduce
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import cycles as C
+from . import devices as D
+
+DEFAULT_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-a53", "cortex-a72")
+CFLAGS = ("-std=c99", "-O2", "-fno-math-errno")
+ATTENTION = ("edgeosc_oscillator_core_int8", "edgeosc_softmax_core_int8")
+ENTRY = "edgeosc_estimate_infer"
+
+# Int8 MACs per cycle of the widest multiply-accumulate each core has: the floor of cycles per MAC.
+# M cores: SMLAD, two 16 x 16 MACs in one cycle (M4 TRM Table 3-1; the M7's single MAC pipe in LLVM's
+# model). A53: SMLAL/SMLAL2 (8 int8 lanes into int16) as a 128-bit ASIMD op at half rate (cycles.CORES).
+# A72: SMLAL on the F0 pipe only, 1 per cycle (Cortex-A72 Software Optimization Guide, ASIMD integer
+# multiply-accumulate long). Practical kernels need wider accumulators, so they stay above this floor.
+PEAK_MACS_PER_CYCLE = {"cortex-m4": 2, "cortex-m7": 2, "cortex-m33": 2, "cortex-a53": 4, "cortex-a72": 8}
+MACS_COUNTED = ("multiply-accumulates of CONV_2D, FULLY_CONNECTED and BATCH_MATMUL as the .tflite states "
+                "them (and of the EdgeOscAttention custom op's matmuls), including the oscillator's ones-column "
+                "row sum and the mean pool's one-valued FULLY_CONNECTED; not counted: elementwise MUL/ADD/SUB, "
+                "L2 normalisation, softmax, table lookups, requantization")
+
+ROOT = Path(__file__).resolve().parents[2] / "firmware_models"
+KERNEL_SOURCES = [ROOT / "kernels" / f for f in ("edgeosc_fixedpoint.c", "edgeosc_ops.c", "edgeosc_attention.c")]
+INCLUDES = [ROOT / "kernels", ROOT / "harness", ROOT / "frontend"]
+
+# One inference through the harness; memcpy/memset because compilers may emit calls to them
+# (volatile stores: gcc would otherwise turn these very loops back into memcpy calls).
+DRIVER = r"""#include <stddef.h>
+#include <stdint.h>
+
+#include "edgeosc_harness.h"
+
+extern const EdgeoscModel EDGEOSC_MODEL;
+
+void *memcpy(void *dst, const void *src, size_t n) {
+  volatile uint8_t *d = (volatile uint8_t *)dst;
+  const uint8_t *s = (const uint8_t *)src;
+  while (n--) *d++ = *s++;
+  return dst;
+}
+
+void *memset(void *dst, int c, size_t n) {
+  volatile uint8_t *d = (volatile uint8_t *)dst;
+  while (n--) *d++ = (uint8_t)c;
+  return dst;
+}
+
+int edgeosc_estimate_infer(const int8_t *input, int8_t *output) {
+  size_t bytes, i;
+  const int8_t *out;
+  if (th_init(&EDGEOSC_MODEL) || th_load_tensor(input, (size_t)EDGEOSC_MODEL.input_bytes) || th_infer())
+    return -1;
+  out = th_results(&bytes);
+  for (i = 0; i < bytes; ++i) output[i] = out[i];
+  return (int)bytes;
+}
+"""
+
+
+# ---- builds ----------------------------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    """Where builds live without a work_dir: next to export/ckernels.py's cache."""
+    from ..export.ckernels import cache_dir as ck
+    return ck().parent / "estimate"
+
+
+@lru_cache(maxsize=None)
+def _version(cmd: tuple) -> str:
+    """First line of the compiler's --version: part of each build's identity."""
+    done = subprocess.run([*cmd, "--version"], capture_output=True, text=True)
+    line = (done.stdout or done.stderr).strip().splitlines()[0] if done.returncode == 0 else " ".join(cmd)
+    return f"zig cc: {line}" if "ziglang" in cmd else line
+
+
+def _key(core: str, cmd: Sequence[str], flags: Sequence[str], files: Sequence[Path], headers: Sequence[Path]) -> str:
+    h = hashlib.sha256(" ".join([core, *cmd, _version(tuple(cmd)), *flags]).encode())
+    for p in [*files, *sorted(set(headers))]:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _headers(dirs: Sequence[Path]) -> list[Path]:
+    return [p for d in dirs for p in Path(d).glob("*.h")]
+
+
+def _atomic(out: Path, make) -> Path:
+    """make(path) writes a file aside, then it is renamed to out: parallel callers never see half of one."""
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent))
+    try:
+        make(tmp / out.name)
+        os.replace(tmp / out.name, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _text(work: Path, stem: str, text: str) -> Path:
+    """A generated source under work, named by its content."""
+    return _atomic(Path(work) / f"{stem}_{hashlib.sha256(text.encode()).hexdigest()[:12]}.c",
+                   lambda p: p.write_text(text))
+
+
+def build(sources: Sequence[Path], core: str, work: Path, includes: Sequence[Path] = (),
+          flags: Sequence[str] = CFLAGS) -> Path:
+    """A bare ELF for `core` (cycles.build_elf), cached under work by the hash of what goes into it."""
+    includes = [*INCLUDES, *map(Path, includes)]
+    key = _key(core, C.compiler(core), flags, sources, _headers(includes))
+    return _atomic(Path(work) / f"{core}-{key}.elf", lambda p: C.build_elf(
+        sources, p, core, [*flags, *(f"-I{d}" for d in includes)]))
+
+
+def model_elf(firmware_dir: str | Path, name: str, core: str, work: str | Path | None = None,
+              flags: Sequence[str] = CFLAGS) -> Path:
+    """A generated model with the kernels, the harness and DRIVER (ENTRY(input, output)), built for core."""
+    fw, work = Path(firmware_dir), Path(work or cache_dir())
+    driver = _text(work, f"driver_{name}", f"#define EDGEOSC_MODEL {name}_model\n" + DRIVER)
+    sources = [*KERNEL_SOURCES, ROOT / "harness" / "edgeosc_harness.c", fw / f"{name}_model.c", driver]
+    return build(sources, core, work, [fw], flags)
+
+
+def host_logits(firmware_dir: str | Path, name: str, inputs: np.ndarray, work: str | Path | None = None) -> np.ndarray:
+    """The host build's (gcc, firmware_models/harness/main_host.c) outputs for rows of int8 inputs."""
+    from ..export.ckernels import compiler
+    fw, work = Path(firmware_dir), Path(work or cache_dir())
+    h = ROOT / "harness"
+    sources = [*KERNEL_SOURCES, *(h / f for f in ("edgeosc_harness.c", "platform_host.c", "main_host.c")),
+               fw / f"{name}_model.c"]
+    cc, flags = compiler(), [*CFLAGS, f"-DEDGEOSC_MODEL={name}_model"]
+    includes = [*INCLUDES, fw]
+
+    def make(path):
+        done = subprocess.run([cc, *flags, *(f"-I{d}" for d in includes), *map(str, sources), "-o", str(path)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"host build of {name} failed:\n{done.stderr[-2000:]}")
+
+    exe = _atomic(work / f"host-{name}-{_key('host', [cc], flags, sources, _headers(includes))}", make)
+    x = np.ascontiguousarray(inputs, np.int8)
+    out = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True).stdout.decode()
+    return np.array([[int(v) for v in line.split()] for line in out.splitlines()], np.int8)
+
+
+# ---- MACs ------------------------------------------------------------------------------------------------
+
+def count_macs(tflite: str | Path) -> dict:
+    """MACs of one inference (see MACS_COUNTED): total, inside the fused attention cores, by op kind."""
+    from ..export.firmware_ops import CUSTOM_OSC, lower, read_graph
+    g = read_graph(Path(tflite).read_bytes())
+    fused = {o for call in lower(g)[0] if call.fn in ATTENTION for o in call.ops}
+    total, attention, by_kind = 0, 0, {}
+    for op in g.ops:
+        t = lambda i: g.tensors[op.inputs[i]]  # noqa: E731
+        out = g.tensors[op.outputs[0]]
+        if op.kind == "CONV_2D":
+            n = out.size * int(np.prod(t(1).shape[1:]))  # per output: k_h k_w in_c
+        elif op.kind == "FULLY_CONNECTED":
+            n = out.size * t(1).shape[1]  # per output: depth
+        elif op.kind == "BATCH_MATMUL":
+            n = out.size * t(0).shape[-1]
+        elif op.kind == CUSTOM_OSC:  # qk, h = wn r, zr, the row sum, a v: per (head, query, key)
+            q, v, r = t(0), t(2), t(3)
+            H, T = int(np.prod(q.shape[:-2])), q.shape[-2]
+            n = H * T * T * (q.shape[-1] + 2 * r.shape[-1] + 1 + v.shape[-1])
+        else:
+            continue
+        total += n
+        attention += n if op.index in fused else 0
+        by_kind[op.kind] = by_kind.get(op.kind, 0) + n
+    return dict(total=int(total), attention=int(attention), by_kind=by_kind, counted=MACS_COUNTED)
+
+
+def _find_tflite(fw: Path, info: dict, given) -> Path | None:
+    """The .tflite the folder was generated from (its sha256 in firmware.json must match)."""
+    for p in [given, fw / "int8.tflite", info.get("source")]:
+        if p and Path(p).is_file():
+            digest = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            if given is None and info.get("sha256") not in (None, digest):
+                continue
+            return Path(p)
+    return None
+
+
+# ---- pricing ---------------------------------------------------------------------------------------------
+
+def _nonzero(counts: dict) -> dict:
+    return {k: int(v) for k, v in counts.items() if v}
+
+
+def _priced(counts: dict, core: str, macs: int | None) -> dict:
+    """Instructions, cycles, cycles per MAC and each matching device's latency and energy for one histogram."""
+    cyc = C.cycles(counts, core)
+    out = dict(instructions=C.instructions_in(counts), cycles=cyc, counts=_nonzero(counts))
+    if macs:
+        out.update(macs=int(macs), cycles_per_mac=cyc / macs,
+                   mac_efficiency=(1 / PEAK_MACS_PER_CYCLE[core]) / (cyc / macs))
+    out["devices"] = {}
+    for key, dev in D.DEVICES.items():
+        if dev.core == core:
+            e = D.estimate(counts, dev, macs)
+            out["devices"][key] = dict(clock_mhz=dev.clock_mhz, latency_ms=e.latency_ms, energy_uj=e.energy_uj,
+                                       **({"nj_per_mac": e.nj_per_mac} if macs else {}))
+    return out
+
+
+def _io_bytes(fw: Path, name: str) -> tuple[int, int]:
+    text = (fw / f"{name}_model.h").read_text()
+    get = lambda what: int(re.search(rf"#define {name.upper()}_{what}_BYTES (\d+)", text).group(1))  # noqa: E731
+    return get("INPUT"), get("OUTPUT")
+
+
+def estimate_model(firmware_dir: str | Path, name: str, input_int8, targets: Sequence[str] = DEFAULT_TARGETS,
+                   work_dir: str | Path | None = None, tflite: str | Path | None = None,
+                   expected=None, flags: Sequence[str] = CFLAGS) -> dict:
+    """Emulate one inference of a generated firmware model on each target core; estimate its cost.
+
+    Returns {"model", "macs" (count_macs; None without the .tflite), "logits", "verified_against",
+    "targets": {core: {"isa", "compiler", "flags", "core_source" (of the timing table), "model": the
+    priced inference (<name>_run), "attention": the priced fused attention core calls (None for a model
+    generated without fuse), "share" of attention in the model's cycles, "by_function": exclusive
+    cycles per function, "peak_macs_per_cycle"}}}. A priced entry holds instructions, cycles, counts by
+    class, macs, cycles_per_mac, mac_efficiency (floor / achieved cycles per MAC) and, per device of
+    that core in devices.DEVICES, latency_ms, energy_uj and nj_per_mac.
+    The logits must equal `expected` if given, else the host build's (when a host compiler exists), and
+    agree across targets; a mismatch raises RuntimeError.
+    """
+    fw = Path(firmware_dir)
+    work = Path(work_dir) if work_dir else cache_dir()
+    n_in, n_out = _io_bytes(fw, name)
+    x = np.ascontiguousarray(input_int8, np.int8).ravel()
+    if x.size != n_in:
+        raise ValueError(f"{name} takes {n_in} int8 inputs, got {x.size}")
+    info_path = fw / "firmware.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    graph = _find_tflite(fw, info, tflite)
+    macs = count_macs(graph) if graph else None
+    if expected is not None:
+        want, against = np.ravel(np.asarray(expected)).astype(np.int8), "expected"
+    else:
+        try:
+            want, against = host_logits(fw, name, x[None], work)[0], "host build"
+        except RuntimeError as e:
+            if "no C compiler" not in str(e):
+                raise
+            want, against = None, "targets agree (no host compiler)"
+
+    run_fn = f"{name}_run"
+    result = dict(model=name, macs=macs, logits=None, verified_against=against, targets={})
+    for core in targets:
+        elf = model_elf(fw, name, core, work, flags)
+        run = C.emulate(elf, ENTRY, ["input", "output"], {"input": x, "output": np.zeros(n_out, np.int8)},
+                        core=core, scopes=(run_fn, *ATTENTION))
+        logits = run.outputs["output"]
+        if run.return_value != n_out:
+            raise RuntimeError(f"{name} on {core}: the inference failed (returned {run.return_value})")
+        if want is None:
+            want = logits
+        if not np.array_equal(logits, want):
+            raise RuntimeError(f"{name} on {core}: emulated logits {logits.tolist()} != {against} {want.tolist()}")
+        result["logits"] = logits.tolist()
+        model = _priced(run.scoped[run_fn], core, macs and macs["total"])
+        att, attention = [f for f in ATTENTION if run.scope_calls.get(f)], None
+        if att:
+            counts = {k: sum(run.scoped[f].get(k, 0) for f in att) for k in run.scoped[run_fn]}
+            attention = dict(_priced(counts, core, macs and macs["attention"]), functions=att,
+                             calls=sum(run.scope_calls[f] for f in att))
+        by_fn = {f: C.cycles(c, core) for f, c in run.by_function.items()}
+        result["targets"][core] = dict(
+            isa=C.CORES[core].isa, compiler=_version(tuple(C.compiler(core))), flags=list(flags),
+            core_source=C.CORES[core].source,
+            model=model, attention=attention, share=attention and attention["cycles"] / model["cycles"],
+            by_function=dict(sorted(by_fn.items(), key=lambda kv: -kv[1])),
+            peak_macs_per_cycle=PEAK_MACS_PER_CYCLE[core])
+    return result
+
+
+# ---- the two attention cores alone -------------------------------------------------------------------------
+
+def _int_fields(struct) -> list[tuple[str, ...]]:
+    """Attribute paths of a ckernels ctypes mirror's int fields, in order (pointers are set apart)."""
+    out = []
+    for name, ctype in struct._fields_:
+        if issubclass(ctype, ctypes.Structure):
+            out += [(name, sub) for sub, _ in ctype._fields_]
+        elif not issubclass(ctype, ctypes._Pointer):
+            out.append((name,))
+    return out
+
+
+def _assign(struct, var: str) -> list[str]:
+    """C statements setting a struct's int fields from f[], in _int_fields order."""
+    return [f"  {var}.{'.'.join(path)} = f[{i}];" for i, path in enumerate(_int_fields(struct))]
+
+
+def _values(params) -> np.ndarray:
+    """A mirror instance's int fields, in _int_fields order."""
+    return np.array([reduce(getattr, path, params) for path in _int_fields(type(params))], np.int32)
+
+
+def _core_driver(work: Path) -> Path:
+    """C entry points that fill the cores' parameter structs from int32 arrays, then call the core."""
+    from ..export.ckernels import OscParams, SoftmaxParams
+    text = "\n".join([
+        "/* Generated by edgeosc/bench/estimate.py: the attention cores with parameters from f[]. */",
+        '#include "edgeosc_attention.h"', "",
+        "int edgeosc_bench_osc(const int32_t *f, const int8_t *tables, const int8_t *q, const int8_t *k,",
+        "                      const int8_t *v, const int8_t *r, int8_t *out, int8_t *scratch) {",
+        "  EdgeoscOscParams p;", *_assign(OscParams, "p"),
+        "  p.table_w = tables;", "  p.table_c = tables + 256;", "  p.table_inv = tables + 512;",
+        "  return edgeosc_oscillator_core_int8(&p, q, k, v, r, out, scratch);", "}", "",
+        "int edgeosc_bench_softmax(const int32_t *f, const int32_t *lut, const int8_t *q, const int8_t *k,",
+        "                          const int8_t *v, int8_t *out, int8_t *scratch, int use_lut) {",
+        "  EdgeoscSoftmaxParams p;", *_assign(SoftmaxParams, "p"),
+        "  p.exp_lut = use_lut ? lut : 0; /* 0: the fixed-point exp per element */",
+        "  return edgeosc_softmax_core_int8(&p, q, k, v, out, scratch);", "}", ""])
+    return _text(work, "cores", text)
+
+
+def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int):
+    """Plausible integer parameters (callgrind's layer scales, TFLite Micro's multipliers) and random inputs."""
+    from .. import integer_ref as R
+    from ..export import ckernels as K
+    from .callgrind import _layer
+    s, tables = _layer(T, d_head, 4)
+    osc = R.osc_quant_from_scales(s, *tables, sum_op="fully_connected", ones=127, ones_scale=1 / 127,
+                                  target_name="tflite-micro")
+    sm = R.softmax_quant_from_scales(dict(q=s["q"], k=s["k"], v=s["v"], qk=0.5, out=s["out"]),
+                                     beta=1 / np.sqrt(d_head), target_name="tflite-micro")
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.integers(-128, 128, (heads, T, d_head)).astype(np.int8) for _ in range(3))
+    r = rng.standard_normal((heads, T, d_osc))
+    r = np.clip(np.round(127 * r / np.linalg.norm(r, axis=-1, keepdims=True)), -128, 127).astype(np.int8)
+    osc_f = _values(K.osc_params(osc, heads, T, d_head, d_osc, d_head)[0])
+    z = sm.zp
+    sm_f = _values(K.SoftmaxParams(heads, T, d_head, d_head, z["q"], z["k"], z["v"], z["qk"], z["out"],
+                                   K.Requant(*sm.rq_qk[:2]), K.Requant(*sm.rq_out[:2]), sm.beta_multiplier,
+                                   sm.beta_left_shift, sm.diff_min, K.ROUNDING[sm.rounding], None))
+    lut = R.softmax_exp_table(sm.beta_multiplier, sm.beta_left_shift, sm.diff_min).astype(np.int32)
+    return dict(osc=osc, sm=sm, q=q, k=k, v=v, r=r, osc_f=osc_f, sm_f=sm_f, lut=lut,
+                tables=np.concatenate([osc.table_w, osc.table_c, osc.table_inv]).astype(np.int8))
+
+
+def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequence[int] = (2, 4, 8, 16),
+                 core: str = "cortex-m4", heads: int = 4, d_head: int = 8, work_dir: str | Path | None = None,
+                 seed: int = 0) -> list[dict]:
+    """Cycles of one call of the fused oscillator core vs the fused softmax core ([H, T, d_head] q, k, v).
+
+    One row per (T, d_osc): the oscillator's cycles, the softmax core's with its exp table (what the
+    generated firmware runs) and with the fixed-point exp per element, their ratios, MACs (qk, h, zr, the
+    row sum, out; softmax: qk, out) and latency and energy on the first device of `core` in DEVICES.
+    Each output is checked against integer_ref (the computation counted is the right one).
+    """
+    from .. import integer_ref as R
+    work = Path(work_dir) if work_dir else cache_dir()
+    elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work)
+    dev_key, dev = next((k, d) for k, d in D.DEVICES.items() if d.core == core)
+
+    def run(fn, scope, args, bufs, want):
+        r = C.emulate(elf, fn, args, bufs, core=core, scopes=(scope,))
+        if r.return_value != 0 or not np.array_equal(r.outputs["out"], want):
+            raise RuntimeError(f"{scope} on {core}: the emulated output differs from integer_ref")
+        return C.cycles(r.scoped[scope], core)
+
+    rows = []
+    for T in T_values:
+        x = _layer_inputs(T, 1, heads, d_head, seed)
+        want = R.softmax_core_int8(x["sm"], x["q"], x["k"], x["v"])
+        bufs = dict(f=x["sm_f"], lut=x["lut"], q=x["q"], k=x["k"], v=x["v"], out=np.zeros_like(x["v"]),
+                    scratch=np.zeros(T, np.int8))
+        args = ["f", "lut", "q", "k", "v", "out", "scratch"]
+        sm_lut = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 1], bufs, want)
+        sm_fixed = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 0], bufs, want)
+        sm_macs = heads * T * T * 2 * d_head
+        for d_osc in d_osc_values:
+            x = _layer_inputs(T, d_osc, heads, d_head, seed)
+            want = R.oscillator_core_int8(x["osc"], x["q"], x["k"], x["v"], x["r"])
+            bufs = dict(f=x["osc_f"], tables=x["tables"], q=x["q"], k=x["k"], v=x["v"], r=x["r"],
+                        out=np.zeros_like(x["v"]), scratch=np.zeros(T + 2 * d_osc, np.int8))
+            osc = run("edgeosc_bench_osc", ATTENTION[0], ["f", "tables", "q", "k", "v", "r", "out", "scratch"],
+                      bufs, want)
+            osc_macs = heads * T * T * (2 * d_head + 2 * d_osc + 1)
+            rows.append(dict(
+                T=T, d_osc=d_osc, heads=heads, d_head=d_head, d_value=d_head, core=core, device=dev_key,
+                oscillator_cycles=osc, softmax_cycles=sm_lut, softmax_fixedpoint_cycles=sm_fixed,
+                ratio=osc / sm_lut, ratio_fixedpoint=osc / sm_fixed,
+                oscillator_macs=osc_macs, softmax_macs=sm_macs,
+                oscillator_cycles_per_mac=osc / osc_macs, softmax_cycles_per_mac=sm_lut / sm_macs,
+                oscillator_latency_ms=D.latency_ms(osc, dev), softmax_latency_ms=D.latency_ms(sm_lut, dev),
+                oscillator_energy_uj=D.energy_uj(osc, dev), softmax_energy_uj=D.energy_uj(sm_lut, dev)))
+    return rows

@@ -1,0 +1,126 @@
+"""Board-free estimates: emulated firmware logits == TFLite Micro's, attention inside the model, determinism,
+scopes that partition a run, and attention core cycles that grow with T and d_osc."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+import numpy as np
+import pytest
+
+from edgeosc.bench import cycles as C
+from edgeosc.bench import estimate as E
+
+_MISSING = [m for m in ("unicorn", "capstone", "elftools") if importlib.util.find_spec(m) is None]
+if _MISSING:
+    pytest.skip(f"not installed: {', '.join(_MISSING)} (pip install unicorn 'capstone>=5,<6' pyelftools)",
+                allow_module_level=True)
+_ZIG = importlib.util.find_spec("ziglang") is not None
+_CC = {"thumb": bool(shutil.which("arm-none-eabi-gcc")) or _ZIG,
+       "a64": bool(shutil.which("aarch64-linux-gnu-gcc")) or _ZIG}
+TARGETS = tuple(t for t in E.DEFAULT_TARGETS if _CC[C.CORES[t].isa])
+if not TARGETS:
+    pytest.skip("no ARM compiler: apt-get install gcc-arm-none-eabi gcc-aarch64-linux-gnu, or pip install ziglang",
+                allow_module_level=True)
+FIRST = TARGETS[0]
+SHAPE = dict(d_model=16, heads=2, blocks=1, n_frames=16, n_coeffs=10)  # d_h 8, T 16, d_osc 8
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Untrained, calibrated QAT nets of both kinds -> int8.tflite -> firmware folders; an input each."""
+    import torch
+
+    from edgeosc.config import ModelConfig, QuantConfig
+    from edgeosc.export.firmware import generate
+    from edgeosc.export.tflite import Graph
+    from edgeosc.models.kws import build_model
+    from edgeosc.quant import calibrate, quantize_model
+    root = tmp_path_factory.mktemp("estimate")
+    out = {"work": root / "work"}
+    for kind in ("oscillator", "softmax"):
+        torch.manual_seed(0)
+        qat = quantize_model(build_model(ModelConfig(attention=kind, n_classes=3, dropout=0.0, **SHAPE)).eval(),
+                             QuantConfig())
+        calibrate(qat, [(torch.randn(16, SHAPE["n_frames"], SHAPE["n_coeffs"]), None)], 1)
+        qat.eval()
+        with torch.no_grad():
+            path = root / f"{kind}.tflite"
+            path.write_bytes(Graph(qat.net, qat).build())
+        name = f"tiny_{kind}"
+        generate(path, root / name, name=name, features=None)
+        x = np.random.default_rng(1).integers(-128, 128, (1, SHAPE["n_frames"], SHAPE["n_coeffs"])).astype(np.int8)
+        out[kind] = dict(dir=root / name, name=name, tflite=path, x=x)
+    return out
+
+
+def _tflm(m) -> np.ndarray:
+    pytest.importorskip("tflite_micro")
+    from edgeosc.runtime import load
+    return np.ravel(load(m["tflite"], "tflite-micro").run_raw(m["x"]))
+
+
+@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+def test_logits_match_tflite_micro_and_fields(tiny, kind):
+    m = tiny[kind]
+    want = _tflm(m)
+    est = E.estimate_model(m["dir"], m["name"], m["x"], TARGETS, tiny["work"], expected=want)
+    assert est["logits"] == want.tolist() and set(est["targets"]) == set(TARGETS)
+    H, T, dh, d_osc = SHAPE["heads"], SHAPE["n_frames"], SHAPE["d_model"] // SHAPE["heads"], 8
+    per_key = dh + 2 * d_osc + 1 + dh if kind == "oscillator" else 2 * dh  # qk, h, zr, row sum, out / qk, out
+    assert est["macs"]["attention"] == SHAPE["blocks"] * H * T * T * per_key
+    assert est["macs"]["total"] == sum(est["macs"]["by_kind"].values()) > est["macs"]["attention"]
+    for core, t in est["targets"].items():
+        whole, att = t["model"], t["attention"]
+        assert att["functions"] == [f"edgeosc_{kind}_core_int8"] and att["calls"] == SHAPE["blocks"]
+        assert 0 < att["cycles"] < whole["cycles"] and 0 < t["share"] < 1
+        assert 0 < att["instructions"] < whole["instructions"]
+        assert whole["instructions"] == sum(v for k, v in whole["counts"].items()
+                                            if k not in C._NOT_INSTRUCTIONS)
+        for priced in (whole, att):
+            assert priced["cycles_per_mac"] > 1 / t["peak_macs_per_cycle"] and 0 < priced["mac_efficiency"] < 1
+            assert priced["devices"] and all(d["latency_ms"] > 0 and d["energy_uj"] > 0 and d["nj_per_mac"] > 0
+                                             for d in priced["devices"].values())
+        assert t["by_function"][f"edgeosc_{kind}_core_int8"] > 0
+
+
+def test_deterministic_and_host_checked(tiny):
+    m = tiny["oscillator"]
+    runs = [E.estimate_model(m["dir"], m["name"], m["x"], (FIRST,), tiny["work"]) for _ in range(2)]
+    assert runs[0] == runs[1]
+    if shutil.which("gcc") or shutil.which("cc"):
+        assert runs[0]["verified_against"] == "host build"
+    with pytest.raises(RuntimeError, match="emulated logits"):
+        E.estimate_model(m["dir"], m["name"], m["x"], (FIRST,), tiny["work"], expected=np.zeros(3, np.int8) + 99)
+
+
+def test_scopes_partition_a_run(tiny):
+    """Per-function counts sum to the run; a scope holds its callees; nested scopes both count."""
+    m = tiny["softmax"]
+    elf = E.model_elf(m["dir"], m["name"], FIRST, tiny["work"])
+    core, run_fn = "edgeosc_softmax_core_int8", f"{m['name']}_run"
+    bufs = {"input": m["x"].ravel(), "output": np.zeros(3, np.int8)}
+    run = C.emulate(elf, E.ENTRY, ["input", "output"], bufs, core=FIRST, scopes=(run_fn, core))
+    assert run.scope_calls == {run_fn: 1, core: SHAPE["blocks"]}
+    assert sum(C.instructions_in(c) for c in run.by_function.values()) == run.instructions
+    inner = C.instructions_in(run.scoped[core])
+    assert C.instructions_in(run.by_function[core]) < inner < C.instructions_in(run.scoped[run_fn]) < run.instructions
+    alone = C.emulate(elf, E.ENTRY, ["input", "output"], bufs, core=FIRST, scopes=(core,))
+    assert alone.scoped[core] == run.scoped[core] and alone.counts_by_class == run.counts_by_class
+    top = C.emulate(elf, E.ENTRY, ["input", "output"], bufs, core=FIRST, scopes=(E.ENTRY,))
+    assert top.scoped[E.ENTRY] == top.counts_by_class  # the called symbol itself: closed when the call ends
+
+
+def test_core_scaling_grows_with_T_and_d_osc(tiny):
+    rows = E.core_scaling((9, 17), (2, 8), core=FIRST, work_dir=tiny["work"])
+    assert [(r["T"], r["d_osc"]) for r in rows] == [(9, 2), (9, 8), (17, 2), (17, 8)]
+    by = {(r["T"], r["d_osc"]): r for r in rows}
+    for d in (2, 8):
+        assert by[17, d]["oscillator_cycles"] > by[9, d]["oscillator_cycles"] > 0
+        assert by[17, d]["softmax_cycles"] > by[9, d]["softmax_cycles"] > 0
+    for T in (9, 17):
+        assert by[T, 8]["oscillator_cycles"] > by[T, 2]["oscillator_cycles"]
+        assert by[T, 2]["softmax_fixedpoint_cycles"] > by[T, 2]["softmax_cycles"]  # the exp table saves work
+    for r in rows:
+        assert r["ratio"] == r["oscillator_cycles"] / r["softmax_cycles"]
+        assert r["oscillator_latency_ms"] > 0 and r["softmax_energy_uj"] > 0
