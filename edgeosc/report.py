@@ -32,7 +32,8 @@ def collect(run_dir: str | Path, board_results: list[str | Path] = ()) -> dict:
         out["models"][k] = dict(float=_stage(run_dir, f"train-{k}"), qat=_stage(run_dir, f"qat-{k}"),
                                 export=_stage(run_dir, f"export-{k}"),
                                 parity=_json(run_dir / f"parity-{k}" / "parity.json"),
-                                estimate=_json(run_dir / f"estimate-{k}" / "estimate.json"))
+                                estimate=_json(run_dir / f"estimate-{k}" / "estimate.json"),
+                                firmware=_json(run_dir / f"export-{k}" / f"kws_{k}" / "firmware.json"))
     out["scaling"] = _json(run_dir / "scaling" / "scaling.json")
     return out
 
@@ -127,6 +128,15 @@ def markdown(r: dict) -> str:
         sizes = [((m[k]["export"] or {}).get("files") or {}).get(f) for k in kinds]
         ratio = _ratio(*sizes) if len(sizes) == 2 else ""
         lines.append(f"| {f} | " + " | ".join("-" if s is None else str(s) for s in sizes) + f" | {ratio} |")
+    fw = {k: m[k].get("firmware") for k in kinds if m[k].get("firmware")}
+    if fw:
+        lines += ["", "## C firmware memory (from the generated model)", "",
+                  "Flash: int8 weights, tables and kernel parameters (the Cortex-M4 image adds ~4 KB of kernel and harness code, "
+                  "`make -C firmware_models cortex-m4 sizes`); RAM: the static arena (activations, input, output, "
+                  "scratch), planned at generation time.", "",
+                  "| model | flash bytes | RAM bytes | kernel calls |", "|---|---|---|---|"]
+        for k, f in fw.items():
+            lines.append(f"| {k} | {f['const_bytes'] + f['param_bytes']} | {f['arena_bytes']} | {f['calls']} |")
     lines += ["", "## Parity of the exports (measured)", "",
               "int8.tflite against the QAT model in output LSBs (logits are int8); top-1 = same class as QAT.", "",
               "| model | interpreter | top-1 agreement | mean LSB | max LSB |", "|---|---|---|---|---|"]
