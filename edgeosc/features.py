@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from .config import FeatureConfig
-from .frontend import LOG_OFFSET, NORMALIZE_MODES, mfcc_constants  # noqa: F401  (re-exported)
+from .frontend import LOG_OFFSET, mfcc_constants
 
 
 class FeatureExtractor(torch.nn.Module):

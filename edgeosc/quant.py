@@ -43,7 +43,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
 
 from .config import QUANT_PRESETS, ModelConfig, QuantConfig, to_dict
 from .io import sha256_file
-from .models.attention import LAYER_POINTS, QUANT_POINTS, OscillatorAttention, SoftmaxAttention, unit
+from .models.attention import LAYER_POINTS, QUANT_POINTS, SoftmaxAttention, unit
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
 

@@ -105,7 +105,7 @@ def _ratio(a, b) -> str:
 
 def markdown(r: dict) -> str:
     kinds, m = r["kinds"], r["models"]
-    lines = [f"# edgeosc report: oscillator vs softmax attention", "",
+    lines = ["# edgeosc report: oscillator vs softmax attention", "",
              f"Run `{r['run']}`, written {r['created']}."]
     if r["data"]:
         c = r["data"]["clips"]

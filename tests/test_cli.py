@@ -1,7 +1,4 @@
-import dataclasses
-
 import pytest
-import torch
 from click.testing import CliRunner
 
 from edgeosc.cli import main
