@@ -123,7 +123,7 @@ def markdown(r: dict) -> str:
     lines += ["", "## Model files (bytes)", "", "| file | " + " | ".join(kinds) + " | ratio |",
               "|---|" + "---|" * (len(kinds) + 1)]
     files = sorted({f for k in kinds for f in ((m[k]["export"] or {}).get("files") or {})
-                    if not f.endswith("manifest.json")})
+                    if f.split("/")[0] in ("onnx", "tflite")})  # the C sources: see the firmware table
     for f in files:
         sizes = [((m[k]["export"] or {}).get("files") or {}).get(f) for k in kinds]
         ratio = _ratio(*sizes) if len(sizes) == 2 else ""
