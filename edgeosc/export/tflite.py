@@ -5,10 +5,10 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
   int8.tflite          full-integer: int8 activations, int8 per-channel weights, int32 biases, int8 input
                        and output; builtin ops only, chosen to run in tflite-runtime 2.14, ai-edge-litert
                        and TFLite Micro (measured op by op, see tests/test_tflite_builder.py):
-                         Linear / Conv1d   FULLY_CONNECTED / CONV_2D (the LayerNorm affine folded in)
-                         LayerNorm         FULLY_CONNECTED with 1/d weights (mean), SUB, MUL, table, MUL
+                         Linear / Conv1d   FULLY_CONNECTED / CONV_2D (LayerNorm's affine and sqrt(d) folded in)
+                         LayerNorm         FULLY_CONNECTED with 1/d weights (mean), SUB, L2_NORMALIZATION
                          a map y = f(x)    a 256-entry table: CAST to int32, ADD 128, GATHER
-                         ||.|| normalising L2_NORMALIZATION (r, the unit rows of w, z)
+                         ||.|| normalising L2_NORMALIZATION (r, the unit rows of w, z, LayerNorm)
                          sums over keys    FULLY_CONNECTED with unit weights (one exact int32 sum)
                          softmax baseline  SOFTMAX
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
