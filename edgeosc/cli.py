@@ -420,6 +420,13 @@ def bench_cmd(models, runtimes, runs, warmup, threads, no_memory, power, power_l
                "ina260": lambda: pw.INA260Monitor(i2c_bus), "pmic": pw.PMICMonitor, None: None}[power]
     if power_log:
         monitor = lambda: pw.CSVLogMonitor(power_log, offset_s=power_offset)  # noqa: E731
+    elif monitor is not None:  # fail before the benchmark, in one line, when the sensor is not there
+        try:
+            probe = monitor()
+            probe.start()
+            probe.stop()
+        except (RuntimeError, ImportError, OSError) as e:
+            raise click.ClickException(f"--power {power}: {e}") from None
     report = bench(list(models), list(runtimes) or None, runs, threads, warmup, memory=not no_memory, power=monitor)
     click.echo(format_table(report))
     if json_path:

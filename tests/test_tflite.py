@@ -169,3 +169,11 @@ def test_bench_measures_energy_per_inference_with_a_power_monitor(files):
     e = report["results"][0]["energy"]
     assert e["idle_w"] == pytest.approx(1.0, abs=0.01) and e["active_w"] == pytest.approx(3.0, abs=0.01)
     assert e["joules_per_inference"] == pytest.approx(2.0 * e["seconds"] / e["runs"], rel=0.02) and e["runs"] == 50
+
+
+def test_bench_without_its_power_sensor_says_so_in_one_line(files, monkeypatch):
+    files, _ = files
+    monkeypatch.setattr("edgeosc.bench.power._vcgencmd_pmic", lambda: (_ for _ in ()).throw(
+        RuntimeError("vcgencmd not found")))
+    res = CliRunner().invoke(main, ["bench", str(files["softmax"]["dir"] / "int8.tflite"), "--power", "pmic"])
+    assert res.exit_code == 1 and "--power pmic: vcgencmd not found" in res.output and len(res.output.splitlines()) == 1
