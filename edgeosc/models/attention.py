@@ -66,7 +66,8 @@ def reciprocal(x: Tensor) -> Tensor:
 
 def oscillator_state(q: Tensor, k: Tensor, r: Tensor, *, eps: float = 1e-6, positive: str = "softplus",
                      mask: Tensor | None = None, quant=None) -> Tensor:
-    """Equilibrium of the Lohe flow, z = h / max(||h||, eps) with h = positive(q k^T / sqrt(d_h)) r.
+    """Equilibrium of the Lohe flow, z = h / ||h|| with h = unit(positive(q k^T / sqrt(d_h))) r (unit rows of w
+    leave the direction of h unchanged; 0 where ||h|| <= eps).
 
     `quant` sees qk, w, h and z; the inputs q, k, r are the caller's to quantize.
     """
@@ -204,7 +205,18 @@ def kuramoto_attention(theta: Tensor, gate_q: Tensor, gate_k: Tensor, omega: Ten
 # ---------------------------------------------------------------------------------- modules
 
 
-class _Heads(nn.Module):
+class Hooked(nn.Module):
+    """A module with named points; `quant` is None in float (the identity), quant.py sets it for QAT."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant: nn.Module | None = None
+
+    def point(self, name: str, x: Tensor) -> Tensor:
+        return x if self.quant is None else self.quant(name, x)
+
+
+class _Heads(Hooked):
     """Shared plumbing: project to heads, a learned per-head score scale, merge heads, output projection.
 
     The scale multiplies q k^T / sqrt(d_h). It is a scalar, so weight decay (matrices only) does not
@@ -218,10 +230,6 @@ class _Heads(nn.Module):
         self.heads, self.d_h = heads, d_model // heads
         self.log_scale = nn.Parameter(torch.full((heads, 1, 1), math.log(score_scale)))
         self.out = nn.Linear(d_model, d_model)
-        self.quant: nn.Module | None = None  # the cores' quantization hook; quant.py sets it for QAT
-
-    def point(self, name: str, x: Tensor) -> Tensor:
-        return x if self.quant is None else self.quant(name, x)
 
     def split(self, x: Tensor) -> Tensor:  # [B,T,H*d] -> [B,H,T,d]
         return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)

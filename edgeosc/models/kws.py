@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import KuramotoBlock, OscillatorAttention, SoftmaxAttention
+from .attention import Hooked, KuramotoBlock, OscillatorAttention, SoftmaxAttention
 
 # name -> (d_model, heads, blocks); small <= 30k parameters, medium ~100-200k (tests check both)
 SIZES = {"small": (32, 4, 2), "medium": (80, 4, 3)}
@@ -30,17 +30,6 @@ def resolve(cfg: ModelConfig) -> ModelConfig:
 # the tensors an int8 runtime holds between layers (residual stream, feed-forward, pooling).
 MODEL_POINTS = ("pos", "embed", "pool")
 BLOCK_POINTS = ("res1", "ff_hidden", "ff_out", "res2")
-
-
-class Hooked(nn.Module):
-    """A module with named points; `quant` is None in float (the identity), quant.py sets it for QAT."""
-
-    def __init__(self):
-        super().__init__()
-        self.quant: nn.Module | None = None
-
-    def point(self, name: str, x: Tensor) -> Tensor:
-        return x if self.quant is None else self.quant(name, x)
 
 
 class Block(Hooked):
