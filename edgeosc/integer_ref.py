@@ -328,6 +328,20 @@ ZP_DEFAULT = dict(q=0, k=0, v=0, r=0, qk=0, w=-128, h=0, zr=0, c=-128, sum=-128,
 SCALE_UNIT = 1.0 / 128  # L2_NORMALIZATION's fixed int8 output scale (zero point 0): wn and z
 
 
+def core_tables(scales: dict, d_h: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """int8 tables of softplus(qk / sqrt(d_h)), (1 + zr)^p and 1/sum on a core's scales (non-negative
+    outputs at zero point -128): plausible tables for benchmarks and tests of the cores."""
+    i = np.arange(256) - 128
+
+    def q8(x, scale):
+        return np.clip(np.round(x / scale) - 128, -128, 127).astype(np.int8)
+
+    w = q8(np.log1p(np.exp(scales["qk"] * i / np.sqrt(d_h))), scales["w"])
+    c = q8((1 + np.clip(scales["zr"] * i, -1, 1)) ** p, scales["c"])
+    inv = q8(1 / np.maximum(scales["sum"] * (i + 128), 1e-3), scales["inv"])
+    return w, c, inv
+
+
 @dataclass
 class OscQuant:
     """Integer parameters of the oscillator core (steps 1-10); build with osc_quant_from_scales."""

@@ -44,15 +44,7 @@ def tie_scales(T):
 
 def tables(sc, dh, p=2):
     """int8 tables of softplus(qk / sqrt(dh)), (1 + zr)^p and 1/sum on the chain's scales."""
-    i = np.arange(256) - 128
-
-    def q(x, s):
-        return np.clip(np.round(x / s) - 128, -128, 127).astype(np.int8)
-
-    w = q(np.log1p(np.exp(sc["qk"] * i / np.sqrt(dh))), sc["w"])
-    c = q((1 + np.clip(sc["zr"] * i, -1, 1)) ** p, sc["c"])
-    inv = q(1 / np.maximum(sc["sum"] * (i + 128), 1e-3), sc["inv"])
-    return w, c, inv
+    return R.core_tables(sc, dh, p)
 
 
 def inputs(rng, H, T, dh, dr, dv):

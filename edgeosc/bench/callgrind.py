@@ -48,15 +48,7 @@ def _layer(T: int, dh: int, p: int):
     s = dict(q=0.42, k=0.05, v=0.07, r=1 / 128, qk=0.42 * 0.05 * 127 * np.sqrt(dh) / 4, w=4 * 0.42 / 255, h=0.03,
              zr=1 / 128, c=2.0 ** p / 255, sum=2.0 ** p * T / 255 / 2, inv=1 / 255 / 4, a=1 / 255, out=0.045)
     s = {k: float(np.float32(v)) for k, v in s.items()}
-    i = np.arange(256) - 128
-
-    def q8(x, scale):
-        return np.clip(np.round(x / scale) - 128, -128, 127).astype(np.int8)
-
-    w = q8(np.log1p(np.exp(s["qk"] * i / np.sqrt(dh))), s["w"])
-    c = q8((1 + np.clip(s["zr"] * i, -1, 1)) ** p, s["c"])
-    inv = q8(1 / np.maximum(s["sum"] * (i + 128), 1e-3), s["inv"])
-    return s, (w, c, inv)
+    return s, R.core_tables(s, dh, p)
 
 
 def _c_array(ctype: str, name: str, values) -> str:
