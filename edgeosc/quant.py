@@ -170,6 +170,13 @@ def _quant_layer(layer: nn.Module, preset: Preset, input_quant=None, output_quan
 
 
 @torch.no_grad()
+def _unit_output(norm: nn.LayerNorm) -> None:
+    """Affine of a LayerNorm whose output is the unit vector (x - m) / ||x - m|| (up to eps)."""
+    norm.weight.fill_(1 / math.sqrt(norm.normalized_shape[-1]))
+    norm.bias.zero_()
+
+
+@torch.no_grad()
 def fold_norms(net: KWSTransformer) -> KWSTransformer:
     """Make every LayerNorm give unit vectors, its affine and sqrt(d) moved into the Linear layers reading it.
 
@@ -179,8 +186,7 @@ def fold_norms(net: KWSTransformer) -> KWSTransformer:
         for layer in readers:
             layer.bias.add_(layer.weight @ norm.bias)
             layer.weight.mul_(norm.weight * math.sqrt(norm.normalized_shape[-1]))
-        norm.weight.fill_(1 / math.sqrt(norm.normalized_shape[-1]))
-        norm.bias.zero_()
+        _unit_output(norm)
 
     for block in net.blocks:
         anchor = getattr(block.attn, "anchor", None)
@@ -239,10 +245,8 @@ def float_model(model: QATModel) -> nn.Module:
     norms = {n: m for n, m in net.named_modules() if isinstance(m, nn.LayerNorm)}
     if any(k.rsplit(".", 1)[0] not in norms for k in missing):
         raise ValueError(f"the QAT model lacks weights of its float network: {missing}")
-    with torch.no_grad():
-        for norm in norms.values():  # as fold_norms leaves them
-            norm.weight.fill_(1 / math.sqrt(norm.normalized_shape[-1]))
-            norm.bias.zero_()
+    for norm in norms.values():  # as fold_norms leaves them
+        _unit_output(norm)
     return net.eval()
 
 
