@@ -1,4 +1,5 @@
-"""Grid sweeps over any config field, in-process, with a results table and an accuracy-vs-d_osc plot.
+"""Grid sweeps over any config field, in-process or on Ray: a results table, an accuracy-vs-d_osc plot and
+the training curves (loss and largest gradient norm per epoch) of every run.
 
 A sweep file is TOML: `[base.<section>]` tables set fixed fields, `[grid]` maps dotted
 "<section>.<field>" keys to lists; sections are data, features, model, train. Example:
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import itertools
+import json
 import statistics
 import tomllib
 from collections import defaultdict
@@ -139,16 +141,20 @@ def run_sweep(path: str | Path, out_dir: str | Path, cache_dir=None, progress: b
         for i, (name, cfgs) in enumerate(pending, 1):
             echo(f"[{i}/{len(pending)}] {name}")
             train_run(cfgs, out_dir / name, cache_dir, progress, memo)
-    rows = []
+    rows, histories = [], {}
     for name, cfgs in runs:
         res = read_results(out_dir / name)
+        histories[name] = json.loads((out_dir / name / "metrics.json").read_text())
         row = {k: _short(v) for k, v in zip(grid, _grid_values(cfgs, grid))}
         row.update(run=name, attention=cfgs["model"].attention, d_osc=cfgs["model"].d_osc, p=cfgs["model"].p,
                    test_accuracy=res["test_accuracy"], best_val_accuracy=res["best_val_accuracy"],
-                   parameters=res["parameters"], epochs=res["epochs"])
+                   parameters=res["parameters"], epochs=res["epochs"],
+                   final_train_loss=histories[name][-1]["train_loss"],
+                   max_grad_norm=max(e["max_grad_norm"] for e in histories[name]))
         rows.append(row)
         echo(f"{name}: test accuracy {res['test_accuracy']:.4f}")
     write_results(rows, out_dir)
+    plot_training(rows, histories, out_dir / "training.png")
     return rows
 
 
@@ -164,6 +170,34 @@ def write_results(rows: list[dict], out_dir: Path) -> None:
         writer.writeheader()
         writer.writerows(rows)
     plot_accuracy(rows, out_dir / "accuracy.png")
+
+
+def _kind(row: dict) -> str:
+    return f"oscillator d_osc={row['d_osc']}" if row["attention"] == "oscillator" else row["attention"]
+
+
+def plot_training(rows: list[dict], histories: dict[str, list[dict]], path: Path) -> None:
+    """Training loss and the largest gradient norm (before clipping) per epoch, one line per run, one
+    colour per attention kind and d_osc: loss spikes and exploding gradients show here."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colours = {k: f"C{i}" for i, k in enumerate(dict.fromkeys(_kind(r) for r in rows))}
+    fig, (loss_ax, grad_ax) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for row in rows:
+        hist, colour = histories[row["run"]], colours[_kind(row)]
+        epochs = [e["epoch"] for e in hist]
+        loss_ax.plot(epochs, [e["train_loss"] for e in hist], color=colour, lw=0.8)
+        grad_ax.plot(epochs, [e["max_grad_norm"] for e in hist], color=colour, lw=0.8)
+    for kind, colour in colours.items():
+        loss_ax.plot([], [], color=colour, label=kind)
+    loss_ax.set(xlabel="epoch", ylabel="training loss")
+    grad_ax.set(xlabel="epoch", ylabel="largest gradient norm in the epoch", yscale="log")
+    loss_ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
 
 
 def plot_accuracy(rows: list[dict], path: Path) -> None:

@@ -1,4 +1,5 @@
 import csv
+import json
 
 import pytest
 
@@ -46,6 +47,10 @@ def test_run_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
         table = list(csv.DictReader(f))
     assert [r["run"] for r in table] == [r["run"] for r in rows]
     assert (tmp_path / "out" / "accuracy.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "training.png").stat().st_size > 1000
+    history = json.loads((tmp_path / "out" / rows[0]["run"] / "metrics.json").read_text())
+    assert rows[0]["max_grad_norm"] == max(e["max_grad_norm"] for e in history) > 0
+    assert rows[0]["final_train_loss"] == history[-1]["train_loss"]
     table = CliRunner().invoke(main, ["summary", str(tmp_path / "out")])
     assert table.exit_code == 0 and table.output.count("synth") == 3, table.output
     said = []
