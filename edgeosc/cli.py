@@ -48,6 +48,9 @@ def data_options(fn):
                      help="Synthetic set: clips per voice and class."),
         click.option("--test-speakers", default="", help="FSDD: comma-separated speakers held out for test."),
         click.option("--val-speakers", default="", help="FSDD: comma-separated speakers held out for validation."),
+        click.option("--synth-mix", is_flag=True,
+                     help="Real speech: also train on every synthetic voice saying the same classes, band-limited "
+                          "to the recordings' band (more speakers than a small real set has)."),
         click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
                      help="Decoded-clip cache (default $EDGEOSC_CACHE or ~/.cache/edgeosc)."),
     ]
@@ -56,13 +59,14 @@ def data_options(fn):
     return fn
 
 
-def make_data_cfg(dataset, data_dir, task, data_seed, n_voices, renditions, test_speakers, val_speakers) -> DataConfig:
+def make_data_cfg(dataset, data_dir, task, data_seed, n_voices, renditions, test_speakers, val_speakers,
+                  synth_mix=False) -> DataConfig:
     if data_dir is not None and not Path(data_dir).is_dir():
         raise click.ClickException(f"--data-dir {data_dir}: no such folder")
     split = lambda s: tuple(x.strip() for x in s.split(",") if x.strip())  # noqa: E731
     return DataConfig(dataset=dataset, data_dir=str(Path(data_dir).resolve()) if data_dir else None, task=task,
                       seed=data_seed, n_voices=n_voices, renditions=renditions,
-                      test_speakers=split(test_speakers), val_speakers=split(val_speakers))
+                      test_speakers=split(test_speakers), val_speakers=split(val_speakers), synth_mix=synth_mix)
 
 
 def describe(data) -> str:

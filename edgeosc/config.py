@@ -24,10 +24,12 @@ class DataConfig:
     data_dir: str | None = None  # required for speech-commands and fsdd
     task: str = "12"  # "12" (10 words + unknown + silence); speech-commands: or "all" words; synth: or "digits"
     seed: int = 0  # synthetic set and class balancing
-    n_voices: int | None = None  # synth: None = every voice variant
-    renditions: int = 4  # synth: clips per voice and class
+    n_voices: int | None = None  # synth and synth_mix: None = every voice variant
+    renditions: int = 4  # synth and synth_mix: clips per voice and class
     test_speakers: tuple[str, ...] = ()  # fsdd leave-speakers-out; empty = loader default
     val_speakers: tuple[str, ...] = ()
+    # real speech: also train on every synthetic voice saying the same classes, band-limited to the recordings'
+    synth_mix: bool = False
 
     def __post_init__(self):
         if self.dataset not in DATASETS:
@@ -37,6 +39,8 @@ class DataConfig:
             raise ValueError(f"task {self.task!r} does not apply to {self.dataset}; choose from {tasks}")
         if self.dataset != "synth" and not self.data_dir:
             raise ValueError(f"dataset {self.dataset!r} needs --data-dir pointing at your download")
+        if self.synth_mix and (self.dataset == "synth" or self.task == "all"):
+            raise ValueError("synth_mix adds synthetic voices to real speech: fsdd, or speech-commands task 12")
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,18 @@
 """Speech Commands and FSDD loaders on the shared real-data samples."""
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.io import wavfile
 
-from edgeosc.config import DIGITS, KWS12_CLASSES, SILENCE
+from edgeosc.config import DIGITS, KWS12_CLASSES, SILENCE, DataConfig
+from edgeosc.data import load_dataset
 from edgeosc.data import fsdd as fsdd_mod
 from edgeosc.data import speech_commands as sc_mod
 from edgeosc.data.clipset import SPLITS, DataError
 from edgeosc.data.fsdd import load_fsdd
+from edgeosc.data.mix import band_limit
 from edgeosc.data.speech_commands import V1_WORDS, load_speech_commands
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
@@ -175,3 +178,29 @@ def test_fsdd_cache_round_trip(small_fsdd, tmp_path, monkeypatch):
     (small_fsdd / "recordings" / extra.name).symlink_to(extra)  # the download changed: cache is stale
     c = load_fsdd(small_fsdd, cache_dir=tmp_path / "cache", progress=False)
     assert len(c.audio) == len(a.audio) + 1
+
+
+def test_band_limit_keeps_the_recordings_band_only():
+    t = np.arange(16000) / 16000
+    tones = (8000 * np.stack([np.sin(2 * np.pi * 1000 * t), np.sin(2 * np.pi * 6000 * t)])).astype(np.int16)
+    out = band_limit(tones, 8000).astype(np.float64)
+    rms = np.sqrt((out[:, 1000:-1000] ** 2).mean(1)) / np.sqrt((tones[:, 1000:-1000].astype(float) ** 2).mean(1))
+    assert rms[0] > 0.99 and rms[1] < 1e-3  # 1 kHz passes, 6 kHz (above FSDD's 4 kHz band) is gone
+    assert band_limit(tones, 16000) is tones
+
+
+def test_synth_mix_adds_band_limited_voices_to_training_only(small_fsdd, tmp_path):
+    cfg = DataConfig(dataset="fsdd", data_dir=str(small_fsdd), test_speakers=("nicolas",), n_voices=3,
+                     renditions=1, synth_mix=True)
+    real = load_dataset(dataclasses.replace(cfg, synth_mix=False), tmp_path / "cache", progress=False)
+    mixed = load_dataset(cfg, tmp_path / "cache", progress=False)
+    added = len(mixed.audio) - len(real.audio)
+    assert added == 3 * len(DIGITS) and mixed.classes == real.classes
+    extra = slice(len(real.audio), None)
+    assert set(mixed.split[extra]) == {"train"} and all(g.startswith("espeak:") for g in mixed.groups[extra])
+    for split in ("val", "test"):
+        assert np.array_equal(mixed.audio[mixed.indices(split)], real.audio[real.indices(split)])
+    power = (np.abs(np.fft.rfft(mixed.audio[extra].astype(float), axis=1)) ** 2).sum(0)  # 1 Hz bins
+    assert power[4500:].sum() < 1e-5 * power.sum()  # nothing above the 8 kHz recordings' band
+    with pytest.raises(ValueError, match="synth_mix"):
+        DataConfig(synth_mix=True)

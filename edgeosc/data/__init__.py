@@ -17,6 +17,14 @@ def default_cache_dir() -> Path:
 
 def load_dataset(cfg: DataConfig, cache_dir: str | Path | None = None, progress: bool = True) -> ClipSet:
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    data = _load(cfg, cache_dir, progress)
+    if cfg.synth_mix:
+        from .mix import with_synthetic_voices
+        data = with_synthetic_voices(data, cfg, cache_dir, progress)
+    return data
+
+
+def _load(cfg: DataConfig, cache_dir: Path, progress: bool) -> ClipSet:
     if cfg.dataset == "synth":
         from .synth import load_synth
         return load_synth(cache_dir, seed=cfg.seed, n_voices=cfg.n_voices, renditions=cfg.renditions,
