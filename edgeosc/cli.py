@@ -316,7 +316,8 @@ def summary(run_dirs, as_json):
 @click.option("--quiet", is_flag=True)
 @friendly_errors
 def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
-    """Train a grid of runs from a TOML sweep file (see sweeps/); write results.csv/json and accuracy.png.
+    """Train a grid of runs from a TOML sweep file (see sweeps/); write results.csv/json, accuracy.png
+    and training.png (loss and largest gradient norm per epoch).
 
     Finished runs are skipped and unfinished ones resumed, so an interrupted sweep continues where it stopped.
     """
@@ -324,7 +325,7 @@ def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
     out = Path(out or f"runs/sweep-{Path(config).stem}")
     rows = run_sweep(config, out, cache_dir, progress=not quiet, echo=click.echo, ray_address=ray_address,
                      gpus_per_run=gpus_per_run)
-    click.echo(f"{len(rows)} runs; table {out / 'results.csv'}, plot {out / 'accuracy.png'}")
+    click.echo(f"{len(rows)} runs; table {out / 'results.csv'}, plots {out / 'accuracy.png'}, {out / 'training.png'}")
 
 
 # ---------------------------------------------------------------------------------- export

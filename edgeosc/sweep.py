@@ -128,7 +128,7 @@ def run_with_ray(runs: list[tuple[str, dict]], out_dir: Path, address: str, cach
 
 def run_sweep(path: str | Path, out_dir: str | Path, cache_dir=None, progress: bool = True, echo=print,
               ray_address: str | None = None, gpus_per_run: float = 0.0) -> list[dict]:
-    """Train every grid point (skipping finished ones), then write results.csv/json and accuracy.png."""
+    """Train every grid point (skipping finished ones), then write results.csv/json, accuracy.png and training.png."""
     from .train import read_results
     base, grid = load_sweep(path)
     out_dir = Path(out_dir)
