@@ -74,11 +74,11 @@ def read_wav(path) -> tuple[np.ndarray, int]:
 
 
 def resample(x: np.ndarray, sr: int, rate: int) -> np.ndarray:
-    """Exact rational polyphase resampling from sr to rate."""
+    """Exact rational polyphase resampling from sr to rate, along the last axis (one clip or a batch)."""
     if sr == rate:
         return x
     g = gcd(int(sr), int(rate))
-    return resample_poly(x, rate // g, sr // g).astype(np.float32)
+    return resample_poly(x, rate // g, sr // g, axis=-1).astype(np.float32)
 
 
 def to_clip(x: np.ndarray, sr: int, *, samples: int = 16000, rate: int = 16000, file="<array>",

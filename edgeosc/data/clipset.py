@@ -1,6 +1,7 @@
 """ClipSet: every dataset decoded once to 1 s, 16 kHz int16 clips with labels, speaker groups and splits."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,13 @@ class ClipSet:
 
     def indices(self, split: str) -> np.ndarray:
         return np.flatnonzero(self.split == split)
+
+    def extended(self, audio, labels, groups, split, **meta) -> "ClipSet":
+        """A new set: these clips plus more of the same classes; noise and skipped files kept, `meta` added."""
+        return dataclasses.replace(
+            self, audio=np.concatenate([self.audio, audio]), labels=np.concatenate([self.labels, labels]),
+            groups=np.concatenate([self.groups, groups]), split=np.concatenate([self.split, split]),
+            meta=dict(self.meta, **meta))
 
     def save(self, folder: str | Path) -> None:
         """Write atomically: arrays first, the manifest last, so a manifest means a complete cache."""

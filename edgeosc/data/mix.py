@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from scipy.signal import resample_poly
 
 from ..config import DataConfig
+from .audio import resample
 from .clipset import ClipSet
 from .synth import SR, load_synth
 
@@ -23,7 +23,7 @@ def band_limit(audio: np.ndarray, rate: int) -> np.ndarray:
     """int16 clips at SR through a `rate` recording chain: down to `rate` and back up (polyphase filters)."""
     if rate >= SR:
         return audio
-    x = resample_poly(resample_poly(audio.astype(np.float32), rate, SR, axis=1), SR, rate, axis=1)
+    x = resample(resample(audio.astype(np.float32), SR, rate), rate, SR)
     return np.clip(np.rint(x), -32768, 32767).astype(np.int16)
 
 
@@ -33,10 +33,7 @@ def with_synthetic_voices(real: ClipSet, cfg: DataConfig, cache_dir: Path, progr
     if synth.classes != real.classes:
         raise ValueError(f"synthetic classes {synth.classes} differ from the dataset's {real.classes}")
     n = len(synth.audio)
-    return ClipSet(audio=np.concatenate([real.audio, band_limit(synth.audio, RECORDING_RATE[cfg.dataset])]),
-                   labels=np.concatenate([real.labels, synth.labels]),
-                   groups=np.concatenate([real.groups.astype(str), np.char.add("espeak:", synth.groups.astype(str))]),
-                   split=np.concatenate([real.split.astype(str), np.full(n, "train")]),
-                   classes=real.classes, noise=real.noise, skipped=real.skipped,
-                   meta=dict(real.meta, synth_mix=dict(clips=n, task=SYNTH_TASK[cfg.dataset],
-                                                       band_hz=RECORDING_RATE[cfg.dataset] // 2)))
+    return real.extended(band_limit(synth.audio, RECORDING_RATE[cfg.dataset]), synth.labels,
+                         np.char.add("espeak:", synth.groups.astype(str)), np.full(n, "train"),
+                         synth_mix=dict(clips=n, task=SYNTH_TASK[cfg.dataset],
+                                        band_hz=RECORDING_RATE[cfg.dataset] // 2))

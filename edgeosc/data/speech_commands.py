@@ -133,9 +133,6 @@ def _build(root: Path, words: list[str], task: str, seed: int, progress: bool) -
     if task == "12":
         sil = [_silence(n_sil[tag], tracks, rng) for tag in SPLITS]
         tags = np.concatenate([np.full(len(s), tag) for s, tag in zip(sil, SPLITS)])
-        cs = ClipSet(audio=np.concatenate([cs.audio, *sil]),
-                     labels=np.concatenate([cs.labels, np.full(len(tags), classes.index(SILENCE))]),
-                     groups=np.concatenate([cs.groups, np.char.add(f"{SILENCE}:", tags)]),
-                     split=np.concatenate([cs.split, tags]), classes=classes, noise=noise,
-                     skipped=cs.skipped, meta=cs.meta)
+        cs = cs.extended(np.concatenate(sil), np.full(len(tags), classes.index(SILENCE)),
+                         np.char.add(f"{SILENCE}:", tags), tags)
     return cs
