@@ -8,10 +8,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test setup clean
 
-# System tools for full test coverage (Cortex-M builds with gcc, QEMU runs of them, callgrind counts):
-# installed when apt and root are at hand and they are missing; without them those tests use ziglang or skip.
+# System tools for full test coverage (Cortex-M builds with gcc, QEMU runs of them, callgrind counts) and for
+# --synth-mix (flite's voices): installed when apt and root are at hand and they are missing; without them
+# those tests use ziglang or skip.
 SYSTOOLS := arm-none-eabi-gcc:gcc-arm-none-eabi qemu-system-arm:qemu-system-arm valgrind:valgrind \
-            aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu
+            aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu flite:flite
 
 $(STAMP): pyproject.toml Makefile
 	@missing="$$(for t in $(SYSTOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done)"; \

@@ -19,6 +19,21 @@ log = logging.getLogger("edgeosc.data")
 MIN_MS = 50.0  # shorter than this is no utterance (a click, an aborted recording)
 
 
+def trim_word(x: np.ndarray, rate: int) -> np.ndarray:
+    """The word's extent (samples above -40 dB re peak) and 10 ms either side, so onsets and releases stay."""
+    loud = np.flatnonzero(np.abs(x) > 0.01 * np.abs(x).max())
+    pad = rate // 100
+    return x[max(loud[0] - pad, 0): loud[-1] + pad]
+
+
+def fade_edges(y: np.ndarray, rate: int) -> np.ndarray:
+    """5 ms fades in place, within trim_word's pad: no click at the cut."""
+    fade = np.sin(np.linspace(0, np.pi / 2, rate // 200)) ** 2
+    y[: len(fade)] *= fade
+    y[-len(fade):] *= fade[::-1]
+    return y
+
+
 class AudioError(ValueError):
     """A WAV file that cannot become a clip; carries the file and the reason."""
 

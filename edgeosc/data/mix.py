@@ -1,8 +1,9 @@
 """Real speech plus every synthetic voice: the speaker variety a few real speakers cannot give.
 
-Measured on FSDD (docs/ablations.md): three training speakers teach the speakers, not the words;
-the 93 eSpeak NG voices saying the same words, band-limited to the recordings' band so no class is
-told apart by bandwidth, join the training split only (validation and test stay real).
+Measured on FSDD (docs/ablations.md sections 15 and 20): three training speakers teach the speakers,
+not the words. The 93 eSpeak NG voices and the 60 flite voices (four recorded speakers, each at 15
+vocal-tract lengths and pitches) saying the same words, band-limited to the recordings' band so no
+class is told apart by bandwidth, join the training split only (validation and test stay real).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 from ..config import DataConfig
 from .audio import resample
 from .clipset import ClipSet
-from .synth import SR, load_synth
+from .synth import ENGINES, SR, load_synth
 
 SYNTH_TASK = {"fsdd": "digits", "speech-commands": "12"}  # the synthetic task with the real set's classes
 RECORDING_RATE = {"fsdd": 8000, "speech-commands": 16000}  # FSDD is recorded at 8 kHz
@@ -28,12 +29,16 @@ def band_limit(audio: np.ndarray, rate: int) -> np.ndarray:
 
 
 def with_synthetic_voices(real: ClipSet, cfg: DataConfig, cache_dir: Path, progress: bool = True) -> ClipSet:
-    synth = load_synth(cache_dir, seed=cfg.seed, n_voices=cfg.n_voices, renditions=cfg.renditions,
-                       task=SYNTH_TASK[cfg.dataset], progress=progress)
-    if synth.classes != real.classes:
-        raise ValueError(f"synthetic classes {synth.classes} differ from the dataset's {real.classes}")
-    n = len(synth.audio)
-    return real.extended(band_limit(synth.audio, RECORDING_RATE[cfg.dataset]), synth.labels,
-                         np.char.add("espeak:", synth.groups.astype(str)), np.full(n, "train"),
-                         synth_mix=dict(clips=n, task=SYNTH_TASK[cfg.dataset],
-                                        band_hz=RECORDING_RATE[cfg.dataset] // 2))
+    task, rate = SYNTH_TASK[cfg.dataset], RECORDING_RATE[cfg.dataset]
+    audio, labels, groups = [], [], []
+    for engine in ENGINES:
+        synth = load_synth(cache_dir, seed=cfg.seed, n_voices=cfg.n_voices, renditions=cfg.renditions, task=task,
+                           progress=progress, engine=engine)
+        if synth.classes != real.classes:
+            raise ValueError(f"synthetic classes {synth.classes} differ from the dataset's {real.classes}")
+        audio.append(band_limit(synth.audio, rate))
+        labels.append(synth.labels)
+        groups.append(np.char.add(f"{engine}:", synth.groups.astype(str)))
+    n = sum(map(len, labels))
+    return real.extended(np.concatenate(audio), np.concatenate(labels), np.concatenate(groups), np.full(n, "train"),
+                         synth_mix=dict(clips=n, task=task, engines=list(ENGINES), band_hz=rate // 2))

@@ -14,6 +14,8 @@ from scipy.signal import resample_poly
 from tqdm import tqdm
 
 from ..config import DIGITS, KWS12_CLASSES, SILENCE, UNKNOWN, FeatureConfig
+from . import flite
+from .audio import fade_edges, trim_word
 from .clipset import ClipSet, DataError
 
 GENERATOR_VERSION = 1  # bump whenever the recipe changes, so stale caches are regenerated
@@ -112,6 +114,9 @@ class _Espeak:
             raise DataError(f"espeak_Synth failed for {text!r} in voice {voice!r}")
         return np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.int16)
 
+    def speak(self, voice: str, text: str, rng: np.random.Generator) -> np.ndarray:
+        return _speech(self, voice, text, rng)
+
 
 def _rng(seed: int, *keys) -> np.random.Generator:
     """A generator fixed by (seed, keys) alone, so any subset of clips is reproducible on its own."""
@@ -126,14 +131,9 @@ def _speech(eng: _Espeak, voice: str, text: str, rng: np.random.Generator) -> np
         x = eng.say(voice, text, rate, pitch, prange, seed).astype(np.float32)
         if not np.any(x):
             raise DataError(f"voice {voice!r} produced no audio for {text!r}")
-        loud = np.flatnonzero(np.abs(x) > 0.01 * np.abs(x).max())  # -40 dB re peak: the word's extent
-        pad = NATIVE_SR // 100  # keep 10 ms either side so onsets and releases stay intact
-        y = resample_poly(x[max(loud[0] - pad, 0): loud[-1] + pad], _UP, _DOWN)
+        y = resample_poly(trim_word(x, NATIVE_SR), _UP, _DOWN)
         if len(y) <= MAX_WORD:
-            fade = np.sin(np.linspace(0, np.pi / 2, SR // 200)) ** 2  # 5 ms, within the pad: no click at the cut
-            y[: len(fade)] *= fade
-            y[-len(fade):] *= fade[::-1]
-            return y
+            return fade_edges(y, SR)
         rate = min(450, int(rate * len(y) / (0.9 * N)) + 10)  # speak faster rather than cut the word
     raise DataError(f"{text!r} in voice {voice!r} does not fit in {N} samples")
 
@@ -191,26 +191,34 @@ def _noise_bank(eng: _Espeak, voices: list[str], rng: np.random.Generator) -> np
 TASKS = {"12": KWS12_CLASSES, "digits": DIGITS}
 
 
+# engine -> its voices; the eSpeak NG set is the embedded default, flite's join it in data.synth_mix (mix.py)
+ENGINES = {"espeak-ng": VOICES, "flite": flite.VOICES}
+
+
 def synthesize(*, seed: int = 0, n_voices: int | None = None, renditions: int = 4, progress: bool = True,
-               task: str = "12") -> ClipSet:
-    """The synthetic set of `task`: the first n_voices of VOICES, `renditions` clips per voice and class."""
+               task: str = "12", engine: str = "espeak-ng") -> ClipSet:
+    """The synthetic set of `task`: the first n_voices of the engine's voices, `renditions` clips per voice and
+    class. The eSpeak set also holds the augmentation noise."""
     if task not in TASKS:
         raise ValueError(f"unknown synthetic task {task!r}; choose from {sorted(TASKS)}")
     classes = TASKS[task]
-    if n_voices is not None and not 1 <= n_voices <= len(VOICES):
-        raise ValueError(f"n_voices must be in 1..{len(VOICES)}")
+    if engine not in ENGINES:
+        raise ValueError(f"unknown speech engine {engine!r}; choose from {sorted(ENGINES)}")
+    if n_voices is not None and not 1 <= n_voices <= len(ENGINES[engine]):
+        raise ValueError(f"n_voices must be in 1..{len(ENGINES[engine])}")
     if renditions < 1:
         raise ValueError("renditions must be >= 1")
-    voices = list(VOICES[:n_voices])
+    voices = list(ENGINES[engine][:n_voices])
     # voices (not clips) are split, so no voice is heard in two splits; val/test get >= 1 voice each when n >= 3
     n_hold = max(1, round(0.15 * len(voices))) if len(voices) >= 3 else 0
     order = _rng(seed, "split").permutation(len(voices))
     split_of = {voices[i]: "val" if k < n_hold else "test" if k < 2 * n_hold else "train" for k, i in enumerate(order)}
     n = len(voices) * len(classes) * renditions
     audio, labels, groups = np.empty((n, N), np.int16), np.empty(n, np.int64), []
-    eng = _Espeak()
+    eng = _Espeak() if engine == "espeak-ng" else flite.Flite()
+    noise = None
     try:
-        with tqdm(total=n, disable=not progress, desc="eSpeak keywords", unit="clip") as bar:
+        with tqdm(total=n, disable=not progress, desc=f"{engine} voices", unit="clip") as bar:
             k = 0
             for voice in voices:
                 for c, name in enumerate(classes):
@@ -220,31 +228,40 @@ def synthesize(*, seed: int = 0, n_voices: int | None = None, renditions: int = 
                             audio[k] = _silence(rng)
                         else:
                             word = UNKNOWN_WORDS[int(rng.integers(len(UNKNOWN_WORDS)))] if name == UNKNOWN else name
-                            audio[k] = _clip(_speech(eng, voice, word, rng), rng)
+                            y = eng.speak(voice, word, rng)
+                            if len(y) > MAX_WORD:
+                                raise DataError(f"{word!r} in {engine} voice {voice!r} lasts {len(y) / SR:.2f} s, "
+                                                f"over {MAX_WORD / SR:.2f} s")
+                            audio[k] = _clip(y, rng)
                         labels[k], k = c, k + 1
                         groups.append(voice)
                         bar.update()
-            noise = _noise_bank(eng, [v for v in voices if split_of[v] == "train"] or voices, _rng(seed, "noise"))
+            if engine == "espeak-ng":
+                noise = _noise_bank(eng, [v for v in voices if split_of[v] == "train"] or voices,
+                                    _rng(seed, "noise"))
         version = eng.version
     finally:
         eng.close()
     groups = np.array(groups)
-    meta = dict(source="espeak-ng", generator=GENERATOR_VERSION, task=task, seed=seed, n_voices=n_voices,
-                renditions=renditions, espeak_version=version, voices=voices, sample_rate=SR,
+    meta = dict(source=engine, generator=GENERATOR_VERSION, task=task, seed=seed, n_voices=n_voices,
+                renditions=renditions, engine_version=version, voices=voices, sample_rate=SR,
                 sha256=hashlib.sha256(audio.tobytes()).hexdigest())
     return ClipSet(audio=audio, labels=labels, groups=groups, split=np.array([split_of[g] for g in groups]),
                    classes=tuple(classes), noise=noise, meta=meta)
 
 
 def load_synth(cache_dir: str | Path, *, seed: int = 0, n_voices: int | None = None, renditions: int = 4,
-               progress: bool = True, task: str = "12") -> ClipSet:
+               progress: bool = True, task: str = "12", engine: str = "espeak-ng") -> ClipSet:
     """The cached synthetic set if complete and made with these settings, else synthesize it and cache it."""
-    folder = Path(cache_dir) / (f"synth-s{seed}-v{n_voices}-r{renditions}" + ("" if task == "12" else f"-{task}"))
-    want = dict(generator=GENERATOR_VERSION, seed=seed, n_voices=n_voices, renditions=renditions, task=task)
+    folder = Path(cache_dir) / (f"synth-s{seed}-v{n_voices}-r{renditions}" + ("" if task == "12" else f"-{task}")
+                                + ("" if engine == "espeak-ng" else f"-{engine}"))
+    want = dict(generator=GENERATOR_VERSION, seed=seed, n_voices=n_voices, renditions=renditions, task=task,
+                source=engine)
     cs = ClipSet.load(folder)
     if (cs is not None and all(cs.meta.get(k, "12" if k == "task" else None) == v for k, v in want.items())
             and cs.meta.get("sha256") == hashlib.sha256(cs.audio.tobytes()).hexdigest()):
         return cs
-    cs = synthesize(seed=seed, n_voices=n_voices, renditions=renditions, progress=progress, task=task)
+    cs = synthesize(seed=seed, n_voices=n_voices, renditions=renditions, progress=progress, task=task,
+                    engine=engine)
     cs.save(folder)
     return cs
