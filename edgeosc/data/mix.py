@@ -1,7 +1,7 @@
 """Real speech plus every synthetic voice: the speaker variety a few real speakers cannot give.
 
 Measured on FSDD (docs/ablations.md sections 15 and 20): three training speakers teach the speakers,
-not the words. The 93 eSpeak NG voices and the 60 flite voices (four recorded speakers, each at 15
+not the words. The 93 eSpeak NG voices and the 50 flite voices (four recorded speakers at several
 vocal-tract lengths and pitches) saying the same words, band-limited to the recordings' band so no
 class is told apart by bandwidth, join the training split only (validation and test stay real).
 """
