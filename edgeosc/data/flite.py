@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 from scipy.io import wavfile
-from scipy.signal import resample_poly
 
-from .audio import fade_edges, trim_word
+from ..config import FeatureConfig
+from .audio import fade_edges, resample, trim_word
 from .clipset import DataError
 
 BASE_VOICES = ("kal16", "awb", "rms", "slt")
@@ -28,7 +28,7 @@ FIXED_PITCH = ("rms",)  # its pitch model (spamf0) ignores f0_shift, so its pitc
 # base voice innermost: the first 6 voices (DataConfig.n_voices) already hold every recorded speaker
 VOICES = tuple(f"{v}/vtl{s}/f0{g}" for s in FORMANT_SCALES for g in PITCH_SCALES for v in BASE_VOICES
                if g == 1.0 or v not in FIXED_PITCH)
-SR = 16000
+SR = FeatureConfig().sample_rate  # flite's 16 kHz voices, the clips' rate
 
 
 def parse_voice(voice: str) -> tuple[str, float, float]:
@@ -79,7 +79,7 @@ class Flite:
         # Played vtl times faster, a recording has formants and pitch times vtl and duration over vtl:
         # synthesised vtl times longer and at pitch f0 / vtl beforehand, only the formants move.
         x = self.say(base, text, duration * vtl, f0 / vtl)
-        return fade_edges(resample_poly(trim_word(x, SR), 100, round(100 * vtl)).astype(np.float32), SR)
+        return fade_edges(resample(trim_word(x, SR), round(100 * vtl), 100), SR)  # rate 100 vtl read as 100
 
     def close(self):
         self._tmp.cleanup()
