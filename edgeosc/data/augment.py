@@ -67,9 +67,10 @@ def speed_perturb(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Gener
 def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator) -> torch.Tensor:
     """Mask random bands of coefficients and runs of frames in [B, T, C] features (SpecAugment).
 
-    Masked cells take their band's lowest value in the clip (its silence level): a zero would be the
-    band's mean after per-clip normalisation, i.e. loud, not absent, and one floor for all bands would
-    be far below most bands' silence.
+    Masked cells take their band's mean over the clip (0 after per-utterance normalisation), so a masked
+    band looks like any normalised band and carries no level cue. The band's silence level (its minimum)
+    was tried first: a flat stripe at the padding's floor is a cue of its own, and the networks then did
+    worse on unmasked clips than on masked ones (docs/ablations.md section 25).
     """
     b, t, c = feats.shape
     keep = torch.ones(b, t, c, dtype=torch.bool)
@@ -80,5 +81,4 @@ def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Gener
             pos = torch.arange(size)
             band = (pos >= start[:, None]) & (pos < (start + w)[:, None])  # [B, size]
             keep &= ~(band[:, None, :] if axis == 2 else band[:, :, None])
-    floor = feats.amin(dim=1, keepdim=True)  # [B, 1, C]: each band's own silence level
-    return torch.where(keep.to(feats.device), feats, floor)
+    return torch.where(keep.to(feats.device), feats, feats.mean(dim=1, keepdim=True))
