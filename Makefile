@@ -9,17 +9,30 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test setup clean
 
 # System tools for full test coverage (Cortex-M builds with gcc, QEMU runs of them, callgrind counts) and for
-# --synth-mix (flite's voices): installed when apt and root are at hand and they are missing; without them
-# those tests use ziglang or skip.
+# --synth-mix (the recorded speakers' voices: flite, MBROLA, SVOX Pico, Festival): installed when apt and root are at
+# hand and they are missing; without them those tests use ziglang or skip. MBROLA and Pico are in Debian's contrib and
+# non-free components, which are enabled for them (a file in /etc/apt/sources.list.d) on Debian if apt lacks them.
 SYSTOOLS := arm-none-eabi-gcc:gcc-arm-none-eabi qemu-system-arm:qemu-system-arm valgrind:valgrind \
-            aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu flite:flite
+            aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu flite:flite espeak-ng:espeak-ng \
+            text2wave:festival /usr/share/festival/voices/english/ked_diphone:festvox-kdlpc16k
+NONFREE  := mbrola:mbrola pico2wave:libttspico-utils /usr/share/mbrola/us1/us1:mbrola-us1 \
+            /usr/share/mbrola/us2/us2:mbrola-us2 /usr/share/mbrola/us3/us3:mbrola-us3 /usr/share/mbrola/en1/en1:mbrola-en1
+NONFREE_SOURCES := /etc/apt/sources.list.d/edgeosc-contrib-non-free.sources
+# the packages of those tools (or files) that are absent
+absent = $$(for t in $(1); do c=$${t%%:*}; { command -v $$c || [ -e $$c ]; } >/dev/null || echo $${t\#*:}; done)
+APT := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 $(STAMP): pyproject.toml Makefile
-	@missing="$$(for t in $(SYSTOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done)"; \
-	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing $$missing"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing \
-	   >/dev/null) || echo "apt-get failed: the tests needing $$missing will skip"; fi
+	@main="$(call absent,$(SYSTOOLS))"; nonfree="$(call absent,$(NONFREE))"; \
+	if [ -n "$$main$$nonfree" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo installing $$main $$nonfree; apt-get update -qq; \
+	  if [ "$$(apt-cache madison $$nonfree 2>/dev/null | awk '{print $$1}' | sort -u | wc -l)" -lt "$$(echo $$nonfree | wc -w)" ] \
+	     && . /etc/os-release && [ "$$ID" = debian ]; then \
+	    echo "enabling Debian contrib and non-free in $(NONFREE_SOURCES)"; \
+	    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: contrib non-free\nSigned-By: %s\n' \
+	      "$$VERSION_CODENAME" /usr/share/keyrings/debian-archive-keyring.gpg > $(NONFREE_SOURCES); apt-get update -qq; fi; \
+	  for pkgs in "$$main" "$$nonfree"; do [ -z "$$pkgs" ] || $(APT) $$pkgs >/dev/null \
+	    || echo apt-get failed: the tests needing $$pkgs will skip; done; fi
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)

@@ -14,7 +14,7 @@ from scipy.signal import resample_poly
 from tqdm import tqdm
 
 from ..config import DIGITS, KWS12_CLASSES, SILENCE, UNKNOWN, FeatureConfig
-from . import flite
+from . import recorded
 from .audio import fade_edges, trim_word
 from .clipset import ClipSet, DataError
 
@@ -191,8 +191,8 @@ def _noise_bank(eng: _Espeak, voices: list[str], rng: np.random.Generator) -> np
 TASKS = {"12": KWS12_CLASSES, "digits": DIGITS}
 
 
-# engine -> its voices; the eSpeak NG set is the embedded default, flite's join it in data.synth_mix (mix.py)
-ENGINES = {"espeak-ng": VOICES, "flite": flite.VOICES}
+# engine -> its voices; the eSpeak NG set is the embedded default, the recorded speakers' join it in data.synth_mix
+ENGINES = {"espeak-ng": VOICES, **recorded.VOICES}
 
 
 def synthesize(*, seed: int = 0, n_voices: int | None = None, renditions: int = 4, progress: bool = True,
@@ -215,7 +215,7 @@ def synthesize(*, seed: int = 0, n_voices: int | None = None, renditions: int = 
     split_of = {voices[i]: "val" if k < n_hold else "test" if k < 2 * n_hold else "train" for k, i in enumerate(order)}
     n = len(voices) * len(classes) * renditions
     audio, labels, groups = np.empty((n, N), np.int16), np.empty(n, np.int64), []
-    eng = _Espeak() if engine == "espeak-ng" else flite.Flite()
+    eng = _Espeak() if engine == "espeak-ng" else recorded.ENGINES[engine]()
     noise = None
     try:
         with tqdm(total=n, disable=not progress, desc=f"{engine} voices", unit="clip") as bar:
