@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.installed
 SYSTOOLS := arm-none-eabi-gcc:gcc-arm-none-eabi qemu-system-arm:qemu-system-arm valgrind:valgrind \
             aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu flite:flite espeak-ng:espeak-ng \
             text2wave:festival /usr/share/festival/voices/english/ked_diphone:festvox-kdlpc16k
-MBROLA_VOICES := us1 us2 us3 en1 af1 nl2 fr1 fr4 de1 de2 de3 de4 de5 de6 gr2 hu1 pl1 ro1 sw1 sw2  # recorded.Mbrola, Accented
+MBROLA_VOICES := us1 us2 us3 en1  # recorded.Mbrola.BASES
 NONFREE  := mbrola:mbrola pico2wave:libttspico-utils $(foreach v,$(MBROLA_VOICES),/usr/share/mbrola/$(v)/$(v):mbrola-$(v))
 NONFREE_SOURCES := /etc/apt/sources.list.d/edgeosc-contrib-non-free.sources
 # the packages of those tools (or files) that are absent

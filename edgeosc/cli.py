@@ -50,7 +50,8 @@ def data_options(fn):
         click.option("--val-speakers", default="", help="FSDD: comma-separated speakers held out for validation."),
         click.option("--synth-mix", is_flag=True,
                      help="Real speech: also train on every synthetic voice (eSpeak NG, 11 recorded speakers) "
-                          "saying the same classes, band-limited to the recordings' band (more speakers than a small real set has)."),
+                          "saying the same classes, band-limited to the recordings' band (more speakers than a "
+                          "small real set has)."),
         click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
                      help="Decoded-clip cache (default $EDGEOSC_CACHE or ~/.cache/edgeosc)."),
     ]

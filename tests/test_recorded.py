@@ -88,7 +88,7 @@ def test_fixed_pitch_voices_ignore_f0_shift(engine):
 def test_voice_lists():
     assert all(recorded.parse_voice(v)[2] == 1.0 for v in recorded.VOICES["flite"] if v.startswith("rms/"))
     sizes = {name: len(set(v)) for name, v in recorded.VOICES.items()}
-    assert sizes == dict(flite=50, mbrola=60, accented=80, pico=30, festival=15)
+    assert sizes == dict(flite=50, mbrola=60, pico=30, festival=15)
     assert recorded.VOICES["flite"][:4] == ("kal16/vtl0.88/f00.8", "awb/vtl0.88/f00.8", "slt/vtl0.88/f00.8",
                                              "kal16/vtl0.88/f01.0")  # the order the cached flite sets were made in
 

@@ -1,18 +1,15 @@
 """Voices built from recordings of real speakers, for data.synth_mix, each made into many.
 
 eSpeak NG's voices are formant synthesis: one vocal-tract model with varied settings. These engines speak with
-recorded people, so they bring real timbres (docs/ablations.md sections 20 and 28):
+recorded people, so they bring real timbres (docs/ablations.md sections 20 and 29):
   flite     CMU Flite (package flite): kal16 (US male, diphones), awb (Scottish male), rms (US male), slt (US
             female), clustergen voices from the CMU ARCTIC recordings
   mbrola    eSpeak NG's phonemes through MBROLA diphones (packages espeak-ng, mbrola, mbrola-us1, -us2, -us3,
             -en1; Debian contrib / non-free): us1 (US female), us2, us3 (US males), en1 (British male)
-  accented  MBROLA's speakers of other languages reading English through eSpeak NG's mb-X-en voices (mbrola-af1,
-            -nl2, -fr1, -fr4, -de1 ... -de6, -gr2, -hu1, -pl1, -ro1, -sw1, -sw2): Afrikaans, Dutch, French,
-            German, Greek, Hungarian, Polish, Romanian and Swedish accents; 9 male and 7 female speakers
   pico      SVOX Pico (package libttspico-utils; Debian non-free): en-US and en-GB (two female speakers)
   festival  Festival (packages festival, festvox-kdlpc16k): ked (US male, diphones)
 Each voice becomes 15 speakers by scaling its vocal-tract length (all formants) and its pitch independently
-(a voice whose pitch cannot be set, and the accented ones, only by vocal-tract length: 5). Every engine runs as its own command.
+(a voice whose pitch cannot be set, only by vocal-tract length). Every engine runs as its own command.
 """
 from __future__ import annotations
 
@@ -30,13 +27,12 @@ from .clipset import DataError
 
 FORMANT_SCALES = (0.88, 0.94, 1.0, 1.06, 1.12)  # vocal-tract length: ~ +-12%, adult to adolescent
 PITCH_SCALES = (0.8, 1.0, 1.25)
-SR = FeatureConfig().sample_rate  # the clips' rate; every engine's voices here are 16 kHz
+SR = FeatureConfig().sample_rate  # the clips' rate, to which every engine's output is resampled
 
 
-def warped(bases: tuple[str, ...], fixed_pitch: tuple[str, ...] = (),
-           pitch_scales: tuple[float, ...] = PITCH_SCALES) -> tuple[str, ...]:
+def warped(bases: tuple[str, ...], fixed_pitch: tuple[str, ...] = ()) -> tuple[str, ...]:
     """'base/vtl{s}/f0{g}' for every scale pair, base innermost: the first len(bases) voices hold every speaker."""
-    return tuple(f"{v}/vtl{s}/f0{g}" for s in FORMANT_SCALES for g in pitch_scales for v in bases
+    return tuple(f"{v}/vtl{s}/f0{g}" for s in FORMANT_SCALES for g in PITCH_SCALES for v in bases
                  if g == 1.0 or v not in fixed_pitch)
 
 
@@ -51,7 +47,6 @@ class Engine:
 
     BASES: tuple[str, ...] = ()
     FIXED_PITCH: tuple[str, ...] = ()
-    PITCH_SCALES = PITCH_SCALES
     PACKAGES = ""  # what to apt-get install
     version = "unknown"
 
@@ -122,29 +117,17 @@ class Mbrola(Engine):
 
     def __init__(self):
         super().__init__("espeak-ng", "mbrola")
-        if missing := [db for db in map(self.database, self.BASES) if not db.is_file()]:
-            raise DataError(f"no MBROLA databases {[db.name for db in missing]} in {self.DATABASES} "
-                            f"(apt-get install {' '.join('mbrola-' + db.name for db in missing)})")
+        if missing := [v for v in self.BASES if not (self.DATABASES / v / v).is_file()]:
+            raise DataError(f"no MBROLA databases {missing} in {self.DATABASES} "
+                            f"(apt-get install {' '.join('mbrola-' + v for v in missing)})")
         self.version = self.run("espeak-ng", "--version").split(":")[1].split()[0] + " + mbrola"
-
-    def database(self, base: str) -> Path:
-        name = base.split("-")[0]  # eSpeak NG's voice mb-de4-en reads English with database de4
-        return self.DATABASES / name / name
 
     def say(self, base, text, duration, pitch):
         # eSpeak NG's phonemes and prosody for this database, then MBROLA scales every duration and pitch point
         pho = self.run("espeak-ng", "-v", f"mb-{base}", "-q", "--pho", text)
-        self.run("mbrola", "-e", "-t", f"{duration:.4f}", "-f", f"{pitch:.4f}", str(self.database(base)),
+        self.run("mbrola", "-e", "-t", f"{duration:.4f}", "-f", f"{pitch:.4f}", str(self.DATABASES / base / base),
                  "-", str(self.out), stdin=pho)
         return self.read(base, text)
-
-
-class Accented(Mbrola):
-    """MBROLA's speakers of other languages reading English with eSpeak NG's accented phonemes (mb-X-en)."""
-    BASES = tuple(f"{v}-en" for v in ("af1", "nl2", "fr1", "fr4", "de1", "de2", "de3", "de4", "de5", "de6", "gr2",
-                                      "hu1", "pl1", "ro1", "sw1", "sw2"))
-    PITCH_SCALES = (1.0,)  # vocal tract only: 16 speakers vary enough, and the set stays as large as the others
-    PACKAGES = "espeak-ng mbrola " + " ".join(f"mbrola-{v.split('-')[0]}" for v in BASES)
 
 
 class Pico(Engine):
@@ -180,5 +163,5 @@ class Festival(Engine):
         return self.read(base, text)
 
 
-ENGINES = {cls.__name__.lower(): cls for cls in (Flite, Mbrola, Accented, Pico, Festival)}
-VOICES = {name: warped(cls.BASES, cls.FIXED_PITCH, cls.PITCH_SCALES) for name, cls in ENGINES.items()}
+ENGINES = {cls.__name__.lower(): cls for cls in (Flite, Mbrola, Pico, Festival)}
+VOICES = {name: warped(cls.BASES, cls.FIXED_PITCH) for name, cls in ENGINES.items()}
