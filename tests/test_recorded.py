@@ -43,7 +43,8 @@ def envelope(words: list[np.ndarray]) -> np.ndarray:
     """Long-term log spectrum of some words on GRID, smoothed over the harmonics (a third of an octave)."""
     power = sum(np.abs(np.fft.rfft(y, 1 << 15)) ** 2 / np.dot(y, y) for y in words)
     log_power = np.log(np.interp(GRID, np.fft.rfftfreq(1 << 15, 1 / SR), power) + 1e-12)
-    return np.convolve(log_power, np.hanning(27) / np.hanning(27).sum(), "same")
+    window = np.hanning(27)
+    return np.convolve(log_power, window / window.sum(), "same")
 
 
 def formant_scale(low: np.ndarray, high: np.ndarray) -> float:

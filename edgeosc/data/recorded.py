@@ -112,7 +112,7 @@ class Flite(Engine):
 
 class Mbrola(Engine):
     BASES = ("us1", "us2", "us3", "en1")
-    PACKAGES = "espeak-ng mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-en1"
+    PACKAGES = "espeak-ng mbrola " + " ".join(f"mbrola-{v}" for v in BASES)
     DATABASES = Path("/usr/share/mbrola")
 
     def __init__(self):
