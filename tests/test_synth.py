@@ -75,6 +75,11 @@ def test_cache_written_reused_and_rebuilt_when_incomplete(tmp_path, monkeypatch)
     assert len(calls) == 1 and (folder / "manifest.json").exists()
     assert np.array_equal(rebuilt.audio, first.audio)
 
+    monkeypatch.setitem(synth.ENGINES, "espeak-ng", synth.ENGINES["espeak-ng"][1:])  # the engine's voices changed
+    monkeypatch.setattr(synth, "synthesize", lambda **k: calls.append(k) or first)
+    synth.load_synth(tmp_path, **kw)
+    assert len(calls) == 2
+
 
 def test_missing_library_is_a_data_error(monkeypatch):
     import espeakng_loader

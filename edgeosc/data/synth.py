@@ -259,6 +259,7 @@ def load_synth(cache_dir: str | Path, *, seed: int = 0, n_voices: int | None = N
                 source=engine)
     cs = ClipSet.load(folder)
     if (cs is not None and all(cs.meta.get(k, "12" if k == "task" else None) == v for k, v in want.items())
+            and cs.meta.get("voices") == list(ENGINES[engine][:n_voices])  # an engine may gain voices
             and cs.meta.get("sha256") == hashlib.sha256(cs.audio.tobytes()).hexdigest()):
         return cs
     cs = synthesize(seed=seed, n_voices=n_voices, renditions=renditions, progress=progress, task=task,
