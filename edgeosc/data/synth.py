@@ -256,10 +256,9 @@ def load_synth(cache_dir: str | Path, *, seed: int = 0, n_voices: int | None = N
     folder = Path(cache_dir) / (f"synth-s{seed}-v{n_voices}-r{renditions}" + ("" if task == "12" else f"-{task}")
                                 + ("" if engine == "espeak-ng" else f"-{engine}"))
     want = dict(generator=GENERATOR_VERSION, seed=seed, n_voices=n_voices, renditions=renditions, task=task,
-                source=engine)
+                source=engine, voices=list(ENGINES.get(engine, ())[:n_voices]))  # an engine may gain voices
     cs = ClipSet.load(folder)
     if (cs is not None and all(cs.meta.get(k, "12" if k == "task" else None) == v for k, v in want.items())
-            and cs.meta.get("voices") == list(ENGINES[engine][:n_voices])  # an engine may gain voices
             and cs.meta.get("sha256") == hashlib.sha256(cs.audio.tobytes()).hexdigest()):
         return cs
     cs = synthesize(seed=seed, n_voices=n_voices, renditions=renditions, progress=progress, task=task,
