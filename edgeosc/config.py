@@ -121,11 +121,16 @@ class TrainConfig:
     warmup_epochs: int = 1
     grad_clip: float = 1.0
     label_smoothing: float = 0.05
+    mixup: float = 0.0  # alpha of mixup's Beta(alpha, alpha) mixing weight on feature batches; 0 = off
     patience: int = 80  # early stopping on validation accuracy (epochs without a new best); 80 = off
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     init_from: str | None = None  # a float checkpoint of the same network whose weights start training
     augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+    def __post_init__(self):
+        if self.mixup < 0:
+            raise ValueError("mixup must be >= 0 (the alpha of its Beta distribution; 0 = off)")
 
 
 QUANT_PRESETS = ("int8", "w4a8")  # Brevitas quantizers in quant.py; the names live here for the CLI

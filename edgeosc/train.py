@@ -213,8 +213,17 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         bar = tqdm(train_b(train_cfg.batch_size, gen, train_cfg.augment), total=steps, leave=False,
                    disable=not progress, desc=f"epoch {epoch + 1}/{train_cfg.epochs}")
         for feats, labels in bar:
-            logits = model(feats)
-            loss = F.cross_entropy(logits, labels, label_smoothing=train_cfg.label_smoothing)
+            if train_cfg.mixup:  # each clip blended with another of the batch, its loss with both labels
+                lam = float(torch.distributions.Beta(train_cfg.mixup, train_cfg.mixup).sample())
+                other = torch.randperm(len(labels), generator=gen).to(labels.device)
+                feats = lam * feats + (1 - lam) * feats[other]
+                logits = model(feats)
+                loss = (lam * F.cross_entropy(logits, labels, label_smoothing=train_cfg.label_smoothing)
+                        + (1 - lam) * F.cross_entropy(logits, labels[other], label_smoothing=train_cfg.label_smoothing))
+                labels = labels if lam >= 0.5 else labels[other]  # the dominant clip's label, for train accuracy
+            else:
+                logits = model(feats)
+                loss = F.cross_entropy(logits, labels, label_smoothing=train_cfg.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip or float("inf"))

@@ -17,24 +17,32 @@ def run(tones, data_cfg, out, attention="oscillator", **kw):
                  progress=False, **kw)
 
 
-def test_resume_after_interruption_equals_uninterrupted_run(tones, data_cfg, tmp_path):
-    full = run(tones, data_cfg, tmp_path / "full")
-    assert run(tones, data_cfg, tmp_path / "cut", stop_after_epochs=1) == dict(interrupted=True, epochs=1)
-    resumed = run(tones, data_cfg, tmp_path / "cut", resume=True)
+@pytest.mark.parametrize("mixup", [0.0, 0.4])
+def test_resume_after_interruption_equals_uninterrupted_run(tones, data_cfg, tmp_path, mixup):
+    cfg = dataclasses.replace(TRAIN, mixup=mixup)  # mixup's draws, too, follow (seed, epoch)
+    full = run(tones, data_cfg, tmp_path / "full", train_cfg=cfg)
+    assert run(tones, data_cfg, tmp_path / "cut", train_cfg=cfg, stop_after_epochs=1) == dict(interrupted=True, epochs=1)
+    resumed = run(tones, data_cfg, tmp_path / "cut", train_cfg=cfg, resume=True)
     a, b = (torch.load(tmp_path / d / "last.pt", weights_only=True)["model"] for d in ("full", "cut"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert full["test_accuracy"] == resumed["test_accuracy"] and full["epochs"] == resumed["epochs"] == 3
 
 
-@pytest.mark.parametrize("attention", ["oscillator", "softmax", "kuramoto"])
-def test_training_learns_and_writes_artifacts(tones, data_cfg, tmp_path, attention):
-    cfg = dataclasses.replace(TRAIN, epochs=8, lr=1e-2)
+@pytest.mark.parametrize("attention, mixup", [("oscillator", 0.0), ("softmax", 0.0), ("kuramoto", 0.0),
+                                              ("oscillator", 0.4)])
+def test_training_learns_and_writes_artifacts(tones, data_cfg, tmp_path, attention, mixup):
+    cfg = dataclasses.replace(TRAIN, epochs=8, lr=1e-2, mixup=mixup)
     res = run(tones, data_cfg, tmp_path, attention, train_cfg=cfg)
     assert res["best_val_accuracy"] > 0.6  # three tones are easy; chance is 1/3
     assert {"best.pt", "last.pt", "metrics.json", "results.json"} <= {p.name for p in tmp_path.iterdir()}
     assert len(res["test_confusion"]) == 3 and sum(map(sum, res["test_confusion"])) == res["test_n"] == 9
     again = evaluate_checkpoint(tmp_path / "best.pt", tones)
     assert again["accuracy"] == res["test_accuracy"]
+
+
+def test_mixup_alpha_must_not_be_negative():
+    with pytest.raises(ValueError, match="mixup"):
+        TrainConfig(mixup=-0.1)
 
 
 def test_bad_checkpoints(tones, data_cfg, tmp_path):
