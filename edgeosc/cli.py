@@ -130,6 +130,9 @@ def data_info(cache_dir, **kw):
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--no-augment", is_flag=True, help="Disable time shift, noise mixing and gain.")
+@click.option("--mixup", type=click.FloatRange(min=0), default=TrainConfig.mixup, show_default=True,
+              help="Mixup alpha: blend each feature batch with a shuffled copy, weight Beta(alpha, alpha); 0 = off. "
+                   "0.4 helps the oscillator on unseen real speakers (docs/ablations.md section 33).")
 @click.option("--init-from", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Start from the weights of a float checkpoint of the same network (e.g. trained on the "
                    "synthetic set before real speech); a classifier for other classes starts afresh.")
@@ -147,7 +150,7 @@ def data_info(cache_dir, **kw):
               help="Training batches that calibrate the activation scales before QAT.")
 @friendly_errors
 def train(cache_dir, attention, size, d_osc, p, positive, n_mfcc, normalize, epochs, batch_size, lr, seed,
-          device, no_augment, init_from, out, resume, quiet, qat, from_ckpt, preset, calib_batches, **data_kw):
+          device, no_augment, mixup, init_from, out, resume, quiet, qat, from_ckpt, preset, calib_batches, **data_kw):
     """Train a KWS model, keep the best checkpoint by validation accuracy, report test accuracy."""
     from .data import load_dataset
     from .train import format_confusion, train as run_train
@@ -178,7 +181,7 @@ def train(cache_dir, attention, size, d_osc, p, positive, n_mfcc, normalize, epo
     aug = AugmentConfig(noise_prob=0.0, time_shift_ms=0.0, gain_db=(0.0, 0.0)) if no_augment else AugmentConfig()
     res = run_train(ds, out, model_cfg=model_cfg, feature_cfg=feature_cfg,
                     train_cfg=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device,
-                                          augment=aug, init_from=init_from and str(Path(init_from).resolve())),
+                                          augment=aug, mixup=mixup, init_from=init_from and str(Path(init_from).resolve())),
                     data_cfg=data_cfg, resume=resume, progress=not quiet, build=build)
     click.echo(format_confusion(res["test_confusion"], res["classes"]))
     click.echo(f"{res['attention']} ({res['size']}{', ' + res['quant'] if res.get('quant') else ''}, "

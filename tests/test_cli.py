@@ -34,6 +34,7 @@ def test_bad_arguments(tmp_path):
     assert_one_line_error(invoke("train", "--dataset", "fsdd", "--data-dir", tmp_path, "--cache-dir", tmp_path / "c"),
                           "no FSDD recordings")
     assert_one_line_error(invoke("train", "--attention", "linear"), "linear")
+    assert_one_line_error(invoke("train", "--mixup", "-0.5"), "--mixup")
     assert_one_line_error(invoke("eval", tmp_path / "missing.pt"), "missing.pt")
     (tmp_path / "junk.pt").write_bytes(b"\x80\x04junk")
     assert_one_line_error(invoke("eval", tmp_path / "junk.pt"), "junk.pt", "not a readable")
