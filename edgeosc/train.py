@@ -201,6 +201,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         best = evaluate(model, val_b, model_cfg.n_classes)["accuracy"]
         _save(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=0))
     n_params = count_parameters(model)
+    mix_weight = torch.distributions.Beta(train_cfg.mixup, train_cfg.mixup) if train_cfg.mixup else None
     for epoch in range(start, train_cfg.epochs):
         if bad_epochs >= train_cfg.patience:
             break  # early stopping
@@ -213,17 +214,16 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         bar = tqdm(train_b(train_cfg.batch_size, gen, train_cfg.augment), total=steps, leave=False,
                    disable=not progress, desc=f"epoch {epoch + 1}/{train_cfg.epochs}")
         for feats, labels in bar:
-            if train_cfg.mixup:  # each clip blended with another of the batch, its loss with both labels
-                lam = float(torch.distributions.Beta(train_cfg.mixup, train_cfg.mixup).sample())
-                other = torch.randperm(len(labels), generator=gen).to(labels.device)
-                feats = lam * feats + (1 - lam) * feats[other]
-                logits = model(feats)
-                loss = (lam * F.cross_entropy(logits, labels, label_smoothing=train_cfg.label_smoothing)
-                        + (1 - lam) * F.cross_entropy(logits, labels[other], label_smoothing=train_cfg.label_smoothing))
-                labels = labels if lam >= 0.5 else labels[other]  # the dominant clip's label, for train accuracy
-            else:
-                logits = model(feats)
-                loss = F.cross_entropy(logits, labels, label_smoothing=train_cfg.label_smoothing)
+            partner = None
+            if mix_weight is not None:  # each clip blended with another of the batch, its loss with both labels
+                lam = float(mix_weight.sample())
+                perm = torch.randperm(len(labels), generator=gen).to(labels.device)
+                feats, partner = lam * feats + (1 - lam) * feats[perm], labels[perm]
+            logits = model(feats)
+            loss = F.cross_entropy(logits, labels, label_smoothing=train_cfg.label_smoothing)
+            if partner is not None:
+                loss = lam * loss + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=train_cfg.label_smoothing)
+                labels = labels if lam >= 0.5 else partner  # the dominant clip's label, for train accuracy
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip or float("inf"))
