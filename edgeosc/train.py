@@ -91,8 +91,9 @@ def init_weights(model: torch.nn.Module, path: str | Path) -> None:
     """Start from another run's weights (e.g. synthetic speech before real): every tensor whose name and
     shape match is copied; the rest (the classifier of another class set) keeps its initialisation."""
     source = load_checkpoint(path)
-    if source.quant_cfg is not None or (dataclasses.replace(source.model_cfg, n_classes=0)
-                                        != dataclasses.replace(model.cfg, n_classes=0)):
+    same = dict(n_classes=0, dropout=0.0)  # neither the classes nor the dropout rate change the other tensors
+    if source.quant_cfg is not None or (dataclasses.replace(source.model_cfg, **same)
+                                        != dataclasses.replace(model.cfg, **same)):
         raise CheckpointError(f"{path}: --init-from needs a float checkpoint of the same network "
                               f"(it holds {source.model_cfg})")
     own = model.state_dict()

@@ -11,8 +11,8 @@ from conftest import tone_clipset
 TRAIN = TrainConfig(epochs=3, batch_size=8, lr=3e-3, patience=10, augment=AugmentConfig(noise_prob=0.5))
 
 
-def run(tones, data_cfg, out, attention="oscillator", **kw):
-    return train(tones, out, model_cfg=ModelConfig(attention=attention, size="small", dropout=0.1),
+def run(tones, data_cfg, out, attention="oscillator", dropout=0.1, **kw):
+    return train(tones, out, model_cfg=ModelConfig(attention=attention, size="small", dropout=dropout),
                  feature_cfg=FeatureConfig(), train_cfg=kw.pop("train_cfg", TRAIN), data_cfg=data_cfg,
                  progress=False, **kw)
 
@@ -72,7 +72,7 @@ def test_init_from_copies_matching_weights_and_refuses_other_networks(tones, dat
     src = load_checkpoint(tmp_path / "src" / "best.pt").model.state_dict()
     two = tone_clipset(classes=2)  # another class set: the classifier cannot be copied
     cfg = dataclasses.replace(TRAIN, epochs=1, lr=1e-12, init_from=str(tmp_path / "src" / "best.pt"))
-    run(two, data_cfg, tmp_path / "dst", train_cfg=cfg)
+    run(two, data_cfg, tmp_path / "dst", train_cfg=cfg, dropout=0.3)  # another dropout rate, the same tensors
     dst = torch.load(tmp_path / "dst" / "last.pt", weights_only=True)["model"]
     assert torch.allclose(dst["stem.weight"], src["stem.weight"], atol=1e-6)  # copied (lr ~ 0)
     assert dst["head.weight"].shape[0] == 2
