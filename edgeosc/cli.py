@@ -124,6 +124,9 @@ def data_info(cache_dir, **kw):
               help="0: 40 log-mel bands; >0: that many MFCCs.")
 @click.option("--normalize", type=click.Choice(["utterance", "none"]), default=FeatureConfig.normalize,
               show_default=True, help="Per-clip mean subtraction of the features.")
+@click.option("--floor-db", type=click.FloatRange(min=0), default=FeatureConfig.floor_db, show_default=True,
+              help="Floor the log-mels this many dB below each clip's peak (0: off); 30 for recordings "
+                   "padded with digital silence, such as FSDD (docs/ablations.md section 36).")
 @click.option("--epochs", type=int, default=TrainConfig.epochs, show_default=True)
 @click.option("--batch-size", type=int, default=TrainConfig.batch_size, show_default=True)
 @click.option("--lr", type=float, default=TrainConfig.lr, show_default=True)
@@ -149,19 +152,20 @@ def data_info(cache_dir, **kw):
 @click.option("--calib-batches", type=int, default=QuantConfig.calibration_batches, show_default=True,
               help="Training batches that calibrate the activation scales before QAT.")
 @friendly_errors
-def train(cache_dir, attention, size, d_osc, p, positive, n_mfcc, normalize, epochs, batch_size, lr, seed,
+def train(cache_dir, attention, size, d_osc, p, positive, n_mfcc, normalize, floor_db, epochs, batch_size, lr, seed,
           device, no_augment, mixup, init_from, out, resume, quiet, qat, from_ckpt, preset, calib_batches, **data_kw):
     """Train a KWS model, keep the best checkpoint by validation accuracy, report test accuracy."""
     from .data import load_dataset
     from .train import format_confusion, train as run_train
     data_cfg = make_data_cfg(**data_kw)
     model_cfg = ModelConfig(attention=attention, size=size, d_osc=d_osc, p=p, positive=positive)
-    feature_cfg, build = FeatureConfig(n_mfcc=n_mfcc, normalize=normalize), None
+    feature_cfg, build = FeatureConfig(n_mfcc=n_mfcc, normalize=normalize, floor_db=floor_db), None
     if qat or from_ckpt:
         from .quant import qat_builder
         from .train import load_checkpoint
         is_default = lambda name: click.get_current_context().get_parameter_source(name).name == "DEFAULT"  # noqa: E731
-        given = [n for n in ("attention", "size", "d_osc", "p", "positive", "n_mfcc", "normalize") if not is_default(n)]
+        given = [n for n in ("attention", "size", "d_osc", "p", "positive", "n_mfcc", "normalize", "floor_db")
+                 if not is_default(n)]
         if not (qat and from_ckpt) or given:
             raise click.ClickException("--qat needs --from CHECKPOINT, which sets the model and features "
                                        f"(drop {', '.join('--' + n.replace('_', '-') for n in given) or '--from'})")

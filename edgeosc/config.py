@@ -56,6 +56,7 @@ class FeatureConfig:
     f_min: float = 20.0
     f_max: float = 7600.0
     normalize: str = "utterance"  # "none" | "utterance": subtract each clip's per-band mean
+    floor_db: float = 0.0  # > 0: log-mels floored this many dB below the clip's peak (frontend.py); 0 = off
 
     @property
     def n_frames(self) -> int:

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from .config import FeatureConfig
-from .frontend import LOG_OFFSET, mfcc_constants
+from .frontend import LOG_OFFSET, floor_nats, mfcc_constants
 
 
 class FeatureExtractor(torch.nn.Module):
@@ -39,6 +39,8 @@ class FeatureExtractor(torch.nn.Module):
         feats = torch.log(mag @ self.mel_t + LOG_OFFSET)  # [B, F, n_mels]
         if cfg.n_mfcc:  # log-mel: the identity DCT is skipped (it would be exact anyway)
             feats = feats @ self.dct_t
+        if cfg.floor_db:
+            feats = torch.maximum(feats, feats.amax(dim=(1, 2), keepdim=True) - floor_nats(cfg))
         if cfg.normalize == "utterance":
             feats = feats - feats.mean(dim=1, keepdim=True)
         return feats[0] if squeeze else feats

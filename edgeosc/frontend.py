@@ -17,10 +17,15 @@ constants from ``mfcc_constants`` and get the same numbers as ``FeatureExtractor
 - DCT (n_mfcc > 0): D[i, j] = sqrt(2 / n_mels) cos(pi i (j + 0.5) / n_mels), i < n_mfcc, for every
   row including i = 0, so it is DCT-II scaled by sqrt(2/M), NOT orthonormal (row 0 is sqrt(2) too
   big), as cmsisdsp.mfcc.dctMatrix. n_mfcc == 0 gives the log-mel vector (identity DCT).
+- floor (floor_db > 0, log-mel only): every log-mel of a clip raised to at least the clip's largest less
+  floor_db dB (floor_db ln(10) / 20 in the natural log of magnitudes), so digital silence (the zero padding of
+  trimmed recordings) and a quiet noise floor give the same features; before the mean, over the same frames.
 - normalize "utterance": subtract each clip's per-coefficient mean over frames (after log / DCT);
   firmware does the same over its buffered window of frames.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -46,6 +51,14 @@ def _check(cfg: FeatureConfig) -> None:
         raise ValueError(f"n_mfcc must be in 0..n_mels ({cfg.n_mels}), got {cfg.n_mfcc}")
     if cfg.normalize not in NORMALIZE_MODES:
         raise ValueError(f"normalize must be one of {NORMALIZE_MODES}, got {cfg.normalize!r}")
+    if cfg.floor_db < 0 or (cfg.floor_db and cfg.n_mfcc):
+        raise ValueError(f"floor_db must be >= 0 and needs log-mel features (n_mfcc = 0), got {cfg.floor_db} "
+                         f"with n_mfcc = {cfg.n_mfcc}")
+
+
+def floor_nats(cfg: FeatureConfig) -> float:
+    """The floor below the clip's largest log-mel, in nats (mel values are magnitudes: 20 log10 per dB)."""
+    return cfg.floor_db * math.log(10) / 20
 
 
 def mfcc_constants(cfg: FeatureConfig) -> dict:

@@ -87,9 +87,9 @@ class FrontEnd:
     """features.py's log-mel / MFCC frames in numpy (the same constants and steps as FeatureExtractor)."""
 
     def __init__(self, cfg: FeatureConfig):
-        from .frontend import LOG_OFFSET, mfcc_constants  # numpy only: a .tflite run needs no torch
+        from .frontend import LOG_OFFSET, floor_nats, mfcc_constants  # numpy only: a .tflite run needs no torch
         const = mfcc_constants(cfg)
-        self.cfg, self.offset = cfg, LOG_OFFSET
+        self.cfg, self.offset, self.floor = cfg, LOG_OFFSET, floor_nats(cfg)
         self.window, self.mel_t = const["window"], const["mel"].T.copy()
         self.dct_t = const["dct"].T.copy() if cfg.n_mfcc else None
 
@@ -101,6 +101,8 @@ class FrontEnd:
         return feats if self.dct_t is None else feats @ self.dct_t
 
     def normalize(self, feats: np.ndarray) -> np.ndarray:
+        if self.floor:
+            feats = np.maximum(feats, feats.max() - np.float32(self.floor))
         return feats - feats.mean(0) if self.cfg.normalize == "utterance" else feats
 
 

@@ -117,6 +117,24 @@ def test_utterance_normalisation(n_mfcc):
     torch.testing.assert_close(norm, raw - raw.mean(dim=1, keepdim=True))
 
 
+def test_floor_makes_digital_silence_and_a_quiet_noise_floor_alike():
+    """floor_db: the log-mels never fall more than floor_db below the clip's peak, louder ones are untouched, so
+    zero padding and -90 dBFS noise in it give the same features (before the mean, as after)."""
+    rng = np.random.default_rng(0)
+    x = np.zeros((2, 16000), np.float32)
+    x[:, 4000:9000] = 0.3 * np.sin(2 * np.pi * 440 * np.arange(5000) / 16000)  # a tone in digital silence
+    x[1, :4000] += 3e-5 * rng.standard_normal(4000).astype(np.float32)  # a quiet noise floor in the padding
+    x[1, 9000:] += 3e-5 * rng.standard_normal(7000).astype(np.float32)
+    raw = FeatureExtractor(FeatureConfig(normalize="none"))(torch.from_numpy(x))
+    floored = FeatureExtractor(FeatureConfig(normalize="none", floor_db=30.0))(torch.from_numpy(x))
+    lo = raw.amax(dim=(1, 2), keepdim=True) - 30.0 * np.log(10) / 20
+    torch.testing.assert_close(floored, torch.maximum(raw, lo))
+    assert (raw[0] < lo[0]).float().mean() > 0.5 and (raw[0] != raw[1]).any()  # the floor bites, and it matters:
+    torch.testing.assert_close(floored[0], floored[1], atol=1e-3, rtol=0)  # the paddings now look alike
+    norm = FeatureExtractor(FeatureConfig(floor_db=30.0))(torch.from_numpy(x))
+    torch.testing.assert_close(norm, floored - floored.mean(dim=1, keepdim=True))
+
+
 @pytest.mark.parametrize("bad,match", [
     (torch.zeros(15999), "shape"),
     (torch.zeros(2, 16001), "shape"),
@@ -132,7 +150,8 @@ def test_bad_input_raises(bad, match):
 
 
 @pytest.mark.parametrize("kwargs", [dict(normalize="global"), dict(n_mfcc=41), dict(frame_length=500),
-                                    dict(f_max=9000.0), dict(clip_samples=256)])
+                                    dict(f_max=9000.0), dict(clip_samples=256), dict(floor_db=-1.0),
+                                    dict(floor_db=30.0, n_mfcc=13)])
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):
         FeatureExtractor(FeatureConfig(**kwargs))

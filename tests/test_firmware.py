@@ -264,32 +264,49 @@ def test_exp_table_and_l2norm_accuracy(built):
 
 # ---- front end -------------------------------------------------------------------------------------------
 
-def test_frontend_matches_features(built):
-    """edgeosc_frontend_clip (float32 C) == features.py within 2e-3 (as arm_mfcc_f32 is) on real speech."""
+def frontend_lib(cfg: FeatureConfig, tmp_path: Path):
+    """The C front end with export/firmware.py's tables of `cfg`, loaded with ctypes; its EdgeoscFrontend."""
     import ctypes
 
     from edgeosc.export.ckernels import build_shared
+    from edgeosc.export.firmware import frontend_source
+
+    (tmp_path / "fe_frontend.c").write_text(frontend_source(cfg, "fe", ""))
+    lib = ctypes.CDLL(str(build_shared([FIRMWARE / "frontend" / "edgeosc_frontend.c", tmp_path / "fe_frontend.c"],
+                                       "edgeosc_frontend_test", include_dirs=[FIRMWARE / "frontend"])))
+    return lib, ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, "fe_frontend")))
+
+
+@pytest.mark.parametrize("cfg", [FeatureConfig(), FeatureConfig(floor_db=30.0)], ids=["log-mel", "floor-30dB"])
+def test_frontend_matches_features(cfg, tmp_path):
+    """edgeosc_frontend_clip (float32 C) == features.py within 2e-3 (as arm_mfcc_f32 is) on real speech with
+    digital silence."""
+    import ctypes
+
     from edgeosc.features import features_numpy
     from scipy.io import wavfile
 
     clips = sorted((SHARED_DATA / "speech_commands_sample").rglob("*.wav"))[:8]
     if not clips:
         pytest.skip(f"no Speech Commands clips under {SHARED_DATA}")
-    d = built["osc"]["dir"]
-    lib = ctypes.CDLL(str(build_shared([FIRMWARE / "frontend" / "edgeosc_frontend.c", d / "osc_frontend.c"],
-                                       "edgeosc_frontend_test", include_dirs=[FIRMWARE / "frontend"])))
-    cfg = FeatureConfig()
-    frontend = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, "osc_frontend")))
+    lib, frontend = frontend_lib(cfg, tmp_path)
     scratch = np.zeros(cfg.frame_length * 2, np.float32)
     worst = 0.0
     for f in clips:
         pcm = wavfile.read(f)[1][:cfg.clip_samples]
         pcm = np.ascontiguousarray(np.pad(pcm, (0, cfg.clip_samples - len(pcm))), np.int16)
+        pcm[12000:] = 0  # digital silence: the log's floor, below any floor_db
         got = np.zeros((cfg.n_frames, cfg.n_coeffs), np.float32)
         lib.edgeosc_frontend_clip(frontend, pcm.ctypes.data_as(ctypes.c_void_p), got.ctypes.data_as(ctypes.c_void_p),
                                   scratch.ctypes.data_as(ctypes.c_void_p))
         worst = max(worst, float(np.abs(got - features_numpy(pcm.astype(np.float32) / 32768, cfg)).max()))
     assert worst < 2e-3
+
+
+def test_logf_accuracy(tmp_path):
+    import ctypes
+
+    lib, _ = frontend_lib(FeatureConfig(), tmp_path)
     lib.edgeosc_logf.restype, lib.edgeosc_logf.argtypes = ctypes.c_float, [ctypes.c_float]
     xs = np.float32(10.0) ** rng.uniform(-7, 4, 2000).astype(np.float32)
     logs = np.array([lib.edgeosc_logf(float(v)) for v in xs], np.float32)

@@ -100,7 +100,8 @@ def write_tmp(tmp_path):
 # ----------------------------------------------------------- incremental front end
 
 @pytest.mark.parametrize("cfg,hop_ms", [(FeatureConfig(), 100), (FeatureConfig(), 20), (FeatureConfig(), 980),
-                                        (FeatureConfig(n_mfcc=13), 60), (FeatureConfig(normalize="none"), 200)])
+                                        (FeatureConfig(n_mfcc=13), 60), (FeatureConfig(normalize="none"), 200),
+                                        (FeatureConfig(floor_db=30.0), 100)])
 def test_incremental_features_equal_batch_features_of_the_window(cfg, hop_ms):
     seen = []
     model = Model("recorder", ("_silence_", "kw"), cfg, lambda f: seen.append(f[0].copy()) or np.zeros(2))

@@ -99,10 +99,16 @@ void edgeosc_frontend_frame(const EdgeoscFrontend *f, const int16_t *pcm, float 
 }
 
 void edgeosc_frontend_clip(const EdgeoscFrontend *f, const int16_t *pcm, float *features, float *scratch) {
-  const int32_t C = f->n_mfcc ? f->n_mfcc : f->n_mels;
-  int32_t t, c;
+  const int32_t C = f->n_mfcc ? f->n_mfcc : f->n_mels, n = f->n_frames * C;
+  int32_t t, c, i;
   for (t = 0; t < f->n_frames; ++t)
     edgeosc_frontend_frame(f, pcm + t * f->hop_length, features + t * C, scratch);
+  if (f->floor > 0) { /* log-mel only (the generator refuses a floor with a DCT) */
+    float lo = features[0];
+    for (i = 1; i < n; ++i) lo = features[i] > lo ? features[i] : lo;
+    lo -= f->floor;
+    for (i = 0; i < n; ++i) features[i] = features[i] < lo ? lo : features[i];
+  }
   for (c = 0; f->normalize && c < C; ++c) {
     float mean = 0;
     for (t = 0; t < f->n_frames; ++t) mean += features[t * C + c];
