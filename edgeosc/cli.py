@@ -125,8 +125,9 @@ def data_info(cache_dir, **kw):
 @click.option("--normalize", type=click.Choice(["utterance", "none"]), default=FeatureConfig.normalize,
               show_default=True, help="Per-clip mean subtraction of the features.")
 @click.option("--floor-db", type=click.FloatRange(min=0), default=FeatureConfig.floor_db, show_default=True,
-              help="Floor the log-mels this many dB below each clip's peak (0: off); 30 for recordings "
-                   "padded with digital silence, such as FSDD (docs/ablations.md section 36).")
+              help="Floor the log-mels this many dB below each clip's peak (0: off), so digital-silence "
+                   "padding looks like a quiet noise floor. On FSDD 30-40 helps softmax, not the oscillator "
+                   "(docs/ablations.md section 36).")
 @click.option("--epochs", type=int, default=TrainConfig.epochs, show_default=True)
 @click.option("--batch-size", type=int, default=TrainConfig.batch_size, show_default=True)
 @click.option("--lr", type=float, default=TrainConfig.lr, show_default=True)
