@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import pickle
@@ -202,6 +203,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         best = evaluate(model, val_b, model_cfg.n_classes)["accuracy"]
         _save(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=0))
     n_params = count_parameters(model)
+    criterion = functools.partial(F.cross_entropy, label_smoothing=train_cfg.label_smoothing)
     mix_weight = torch.distributions.Beta(train_cfg.mixup, train_cfg.mixup) if train_cfg.mixup else None
     for epoch in range(start, train_cfg.epochs):
         if bad_epochs >= train_cfg.patience:
@@ -221,9 +223,9 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
                 perm = torch.randperm(len(labels), generator=gen).to(labels.device)
                 feats, partner = lam * feats + (1 - lam) * feats[perm], labels[perm]
             logits = model(feats)
-            loss = F.cross_entropy(logits, labels, label_smoothing=train_cfg.label_smoothing)
+            loss = criterion(logits, labels)
             if partner is not None:
-                loss = lam * loss + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=train_cfg.label_smoothing)
+                loss = lam * loss + (1 - lam) * criterion(logits, partner)
                 labels = labels if lam >= 0.5 else partner  # the dominant clip's label, for train accuracy
             opt.zero_grad(set_to_none=True)
             loss.backward()
