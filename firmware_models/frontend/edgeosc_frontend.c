@@ -104,9 +104,9 @@ void edgeosc_frontend_clip(const EdgeoscFrontend *f, const int16_t *pcm, float *
   for (t = 0; t < f->n_frames; ++t)
     edgeosc_frontend_frame(f, pcm + t * f->hop_length, features + t * C, scratch);
   if (f->floor > 0) { /* log-mel only (the generator refuses a floor with a DCT) */
-    float lo = features[0];
-    for (i = 1; i < n; ++i) lo = features[i] > lo ? features[i] : lo;
-    lo -= f->floor;
+    float peak = features[0], lo;
+    for (i = 1; i < n; ++i) peak = features[i] > peak ? features[i] : peak;
+    lo = peak - f->floor;
     for (i = 0; i < n; ++i) features[i] = features[i] < lo ? lo : features[i];
   }
   for (c = 0; f->normalize && c < C; ++c) {
