@@ -11,6 +11,7 @@ import click
 
 from .config import ATTENTION_KINDS, DATASETS, POSITIVE_MAPS, QAT_EPOCHS, QAT_LR, QUANT_PRESETS, AugmentConfig, \
     DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig
+from .frontend import NORMALIZE_MODES
 
 
 def friendly_errors(fn):
@@ -122,8 +123,10 @@ def data_info(cache_dir, **kw):
               help="Positive map of the coupling weights.")
 @click.option("--n-mfcc", type=int, default=FeatureConfig.n_mfcc, show_default=True,
               help="0: 40 log-mel bands; >0: that many MFCCs.")
-@click.option("--normalize", type=click.Choice(["utterance", "none"]), default=FeatureConfig.normalize,
-              show_default=True, help="Per-clip mean subtraction of the features.")
+@click.option("--normalize", type=click.Choice(NORMALIZE_MODES), default=FeatureConfig.normalize,
+              show_default=True, help="Per-clip mean subtraction of the features: over every frame (utterance) or "
+                                      "over the frames within 30 dB of the clip's loudest (active, log-mel only), "
+                                      "so padding and pauses leave the mean alone.")
 @click.option("--floor-db", type=click.FloatRange(min=0), default=FeatureConfig.floor_db, show_default=True,
               help="Floor the log-mels this many dB below each clip's peak (0: off), so digital-silence "
                    "padding looks like a quiet noise floor. On FSDD 30-40 helps softmax, not the oscillator "

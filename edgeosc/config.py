@@ -55,7 +55,7 @@ class FeatureConfig:
     n_mfcc: int = 0  # 0: log-mel (40 coefficients); > 0: that many DCT-II coefficients
     f_min: float = 20.0
     f_max: float = 7600.0
-    normalize: str = "utterance"  # "none" | "utterance": subtract each clip's per-band mean
+    normalize: str = "utterance"  # "none" | "utterance": subtract each clip's per-band mean | "active": over its speech
     floor_db: float = 0.0  # > 0: log-mels floored this many dB below the clip's peak (frontend.py); 0 = off
 
     @property

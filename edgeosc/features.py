@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from .config import FeatureConfig
-from .frontend import LOG_OFFSET, floor_nats, mfcc_constants
+from .frontend import ACTIVE_DB, LOG_OFFSET, floor_nats, mfcc_constants, nats
 
 
 class FeatureExtractor(torch.nn.Module):
@@ -43,6 +43,10 @@ class FeatureExtractor(torch.nn.Module):
             feats = torch.maximum(feats, feats.amax(dim=(1, 2), keepdim=True) - floor_nats(cfg))
         if cfg.normalize == "utterance":
             feats = feats - feats.mean(dim=1, keepdim=True)
+        elif cfg.normalize == "active":
+            level = feats.amax(dim=2, keepdim=True)  # [B, F, 1]: each frame's loudest band
+            active = (level >= level.amax(dim=1, keepdim=True) - nats(ACTIVE_DB)).to(feats.dtype)
+            feats = feats - (feats * active).sum(1, keepdim=True) / active.sum(1, keepdim=True)
         return feats[0] if squeeze else feats
 
 

@@ -22,6 +22,9 @@ constants from ``mfcc_constants`` and get the same numbers as ``FeatureExtractor
   trimmed recordings) and a quiet noise floor give the same features; before the mean, over the same frames.
 - normalize "utterance": subtract each clip's per-coefficient mean over frames (after log / DCT);
   firmware does the same over its buffered window of frames.
+- normalize "active" (log-mel only): each band's mean over the clip's active frames only, those whose loudest
+  band is within ACTIVE_DB of the clip's loudest log-mel. Over all frames, a trimmed recording's padding or a
+  pause weighs in, so a channel's spectral tilt is removed only in proportion to the clip's speech.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ import numpy as np
 from .config import FeatureConfig
 
 LOG_OFFSET = 1e-6  # arm_mfcc_f32 adds this (float32) before arm_vlog_f32
-NORMALIZE_MODES = ("none", "utterance")
+NORMALIZE_MODES = ("none", "utterance", "active")
+ACTIVE_DB = 30.0  # normalize "active": the frames within this of the clip's loudest log-mel make the mean
 
 
 def _hz_to_mel(f):
@@ -51,14 +55,21 @@ def _check(cfg: FeatureConfig) -> None:
         raise ValueError(f"n_mfcc must be in 0..n_mels ({cfg.n_mels}), got {cfg.n_mfcc}")
     if cfg.normalize not in NORMALIZE_MODES:
         raise ValueError(f"normalize must be one of {NORMALIZE_MODES}, got {cfg.normalize!r}")
+    if cfg.normalize == "active" and cfg.n_mfcc:
+        raise ValueError(f"normalize 'active' needs log-mel features (n_mfcc = 0), got n_mfcc = {cfg.n_mfcc}")
     if cfg.floor_db < 0 or (cfg.floor_db and cfg.n_mfcc):
         raise ValueError(f"floor_db must be >= 0 and needs log-mel features (n_mfcc = 0), got {cfg.floor_db} "
                          f"with n_mfcc = {cfg.n_mfcc}")
 
 
+def nats(db: float) -> float:
+    """A level difference in dB as one of log-mels (natural log of magnitudes: 20 log10 per dB)."""
+    return db * math.log(10) / 20
+
+
 def floor_nats(cfg: FeatureConfig) -> float:
-    """The floor below the clip's largest log-mel, in nats (mel values are magnitudes: 20 log10 per dB)."""
-    return cfg.floor_db * math.log(10) / 20
+    """The floor below the clip's largest log-mel, in nats."""
+    return nats(cfg.floor_db)
 
 
 def mfcc_constants(cfg: FeatureConfig) -> dict:

@@ -87,9 +87,9 @@ class FrontEnd:
     """features.py's log-mel / MFCC frames in numpy (the same constants and steps as FeatureExtractor)."""
 
     def __init__(self, cfg: FeatureConfig):
-        from .frontend import LOG_OFFSET, floor_nats, mfcc_constants  # numpy only: a .tflite run needs no torch
+        from .frontend import ACTIVE_DB, LOG_OFFSET, floor_nats, mfcc_constants, nats  # numpy only: no torch
         const = mfcc_constants(cfg)
-        self.cfg, self.offset, self.floor = cfg, LOG_OFFSET, floor_nats(cfg)
+        self.cfg, self.offset, self.floor, self.active = cfg, LOG_OFFSET, floor_nats(cfg), nats(ACTIVE_DB)
         self.window, self.mel_t = const["window"], const["mel"].T.copy()
         self.dct_t = const["dct"].T.copy() if cfg.n_mfcc else None
 
@@ -103,6 +103,9 @@ class FrontEnd:
     def normalize(self, feats: np.ndarray) -> np.ndarray:
         if self.floor:
             feats = np.maximum(feats, feats.max() - np.float32(self.floor))
+        if self.cfg.normalize == "active":
+            level = feats.max(1)
+            return feats - feats[level >= level.max() - self.active].mean(0)
         return feats - feats.mean(0) if self.cfg.normalize == "utterance" else feats
 
 

@@ -135,6 +135,24 @@ def test_floor_makes_digital_silence_and_a_quiet_noise_floor_alike():
     torch.testing.assert_close(norm, floored - floored.mean(dim=1, keepdim=True))
 
 
+def test_active_mean_removes_a_channel_gain_whatever_the_padding():
+    """normalize "active": the mean over the frames within 30 dB of the clip's loudest removes a gain from the word's
+    frames entirely; the mean over every frame removes it only in proportion to the word's share of the clip."""
+    word = 0.1 * np.random.default_rng(0).standard_normal(5000) * np.hanning(5000)  # every band; fades: quiet frames
+    x = np.zeros((2, 16000), np.float32)
+    x[0, 2000:7000], x[1, 2000:7000] = word, 2 * word  # 6 dB louder, in the same digital silence
+    feats = {n: FeatureExtractor(FeatureConfig(normalize=n))(torch.from_numpy(x)) for n in ("none", "utterance", "active")}
+    raw = feats["none"][0]
+    level = raw.amax(dim=1)
+    active = level >= level.max() - 30 * np.log(10) / 20
+    assert 5 < active.sum() < 20  # the fades and the padding are left out
+    torch.testing.assert_close(feats["active"][0], raw - raw[active].mean(0), rtol=0, atol=1e-5)
+    gain = (feats["active"][1] - feats["active"][0])[active]
+    assert gain.abs().max() < 1e-3
+    kept = (feats["utterance"][1] - feats["utterance"][0])[active]  # ln 2 less its share over the whole clip
+    assert 0.3 < kept.min() <= kept.max() < np.log(2)
+
+
 @pytest.mark.parametrize("bad,match", [
     (torch.zeros(15999), "shape"),
     (torch.zeros(2, 16001), "shape"),
@@ -151,7 +169,7 @@ def test_bad_input_raises(bad, match):
 
 @pytest.mark.parametrize("kwargs", [dict(normalize="global"), dict(n_mfcc=41), dict(frame_length=500),
                                     dict(f_max=9000.0), dict(clip_samples=256), dict(floor_db=-1.0),
-                                    dict(floor_db=30.0, n_mfcc=13)])
+                                    dict(floor_db=30.0, n_mfcc=13), dict(normalize="active", n_mfcc=13)])
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):
         FeatureExtractor(FeatureConfig(**kwargs))

@@ -109,11 +109,22 @@ void edgeosc_frontend_clip(const EdgeoscFrontend *f, const int16_t *pcm, float *
     lo = peak - f->floor;
     for (i = 0; i < n; ++i) features[i] = features[i] < lo ? lo : features[i];
   }
-  for (c = 0; f->normalize && c < C; ++c) {
-    float mean = 0;
-    for (t = 0; t < f->n_frames; ++t) mean += features[t * C + c];
-    mean /= (float)f->n_frames;
-    for (t = 0; t < f->n_frames; ++t) features[t * C + c] -= mean;
+  if (f->normalize) { /* each coefficient's mean over every frame (1) or over the active frames (2, log-mel) */
+    float *mean = scratch, gate = features[0], count = 0; /* the frames are done with the scratch */
+    for (i = 1; f->normalize == 2 && i < n; ++i) gate = features[i] > gate ? features[i] : gate;
+    gate -= f->active;
+    for (c = 0; c < C; ++c) mean[c] = 0;
+    for (t = 0; t < f->n_frames; ++t) {
+      const float *x = features + t * C;
+      float level = x[0];
+      for (c = 1; f->normalize == 2 && c < C; ++c) level = x[c] > level ? x[c] : level;
+      if (f->normalize == 2 && level < gate) continue;
+      for (c = 0; c < C; ++c) mean[c] += x[c];
+      ++count;
+    }
+    for (c = 0; c < C; ++c) mean[c] /= count;
+    for (t = 0; t < f->n_frames; ++t)
+      for (c = 0; c < C; ++c) features[t * C + c] -= mean[c];
   }
 }
 
