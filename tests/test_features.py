@@ -135,7 +135,7 @@ def test_floor_makes_digital_silence_and_a_quiet_noise_floor_alike():
     torch.testing.assert_close(norm, floored - floored.mean(dim=1, keepdim=True))
 
 
-def test_active_mean_removes_a_channel_gain_whatever_the_padding():
+def test_active_mean_removes_a_channel_gain_despite_the_padding():
     """normalize "active": the mean over the frames within 30 dB of the clip's loudest removes a gain from the word's
     frames entirely; the mean over every frame removes it only in proportion to the word's share of the clip."""
     word = 0.1 * np.random.default_rng(0).standard_normal(5000) * np.hanning(5000)  # every band; fades: quiet frames
