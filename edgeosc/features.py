@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from .config import FeatureConfig
-from .frontend import ACTIVE_DB, LOG_OFFSET, floor_nats, mfcc_constants, nats
+from .frontend import ACTIVE_DB, LOG_OFFSET, mfcc_constants, nats
 
 
 class FeatureExtractor(torch.nn.Module):
@@ -40,7 +40,7 @@ class FeatureExtractor(torch.nn.Module):
         if cfg.n_mfcc:  # log-mel: the identity DCT is skipped (it would be exact anyway)
             feats = feats @ self.dct_t
         if cfg.floor_db:
-            feats = torch.maximum(feats, feats.amax(dim=(1, 2), keepdim=True) - floor_nats(cfg))
+            feats = torch.maximum(feats, feats.amax(dim=(1, 2), keepdim=True) - nats(cfg.floor_db))
         if cfg.normalize == "utterance":
             feats = feats - feats.mean(dim=1, keepdim=True)
         elif cfg.normalize == "active":

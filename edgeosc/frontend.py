@@ -67,11 +67,6 @@ def nats(db: float) -> float:
     return db * math.log(10) / 20
 
 
-def floor_nats(cfg: FeatureConfig) -> float:
-    """The floor below the clip's largest log-mel, in nats."""
-    return nats(cfg.floor_db)
-
-
 def mfcc_constants(cfg: FeatureConfig) -> dict:
     """Window, dense and sparse (CMSIS) mel filters and DCT matrix, computed in float64 then float32."""
     _check(cfg)

@@ -87,9 +87,9 @@ class FrontEnd:
     """features.py's log-mel / MFCC frames in numpy (the same constants and steps as FeatureExtractor)."""
 
     def __init__(self, cfg: FeatureConfig):
-        from .frontend import ACTIVE_DB, LOG_OFFSET, floor_nats, mfcc_constants, nats  # numpy only: no torch
+        from .frontend import ACTIVE_DB, LOG_OFFSET, mfcc_constants, nats  # numpy only: a .tflite run needs no torch
         const = mfcc_constants(cfg)
-        self.cfg, self.offset, self.floor, self.active = cfg, LOG_OFFSET, floor_nats(cfg), nats(ACTIVE_DB)
+        self.cfg, self.offset, self.floor, self.active = cfg, LOG_OFFSET, nats(cfg.floor_db), nats(ACTIVE_DB)
         self.window, self.mel_t = const["window"], const["mel"].T.copy()
         self.dct_t = const["dct"].T.copy() if cfg.n_mfcc else None
 

@@ -277,8 +277,9 @@ def frontend_lib(cfg: FeatureConfig, tmp_path: Path):
     return lib, ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, "fe_frontend")))
 
 
-@pytest.mark.parametrize("cfg", [FeatureConfig(), FeatureConfig(floor_db=30.0), FeatureConfig(normalize="active")],
-                         ids=["log-mel", "floor-30dB", "active-mean"])
+@pytest.mark.parametrize("cfg", [FeatureConfig(), FeatureConfig(floor_db=30.0), FeatureConfig(normalize="active"),
+                                 FeatureConfig(floor_db=40.0, normalize="active")],
+                         ids=["log-mel", "floor-30dB", "active-mean", "floor-40dB-active-mean"])
 def test_frontend_matches_features(cfg, tmp_path):
     """edgeosc_frontend_clip (float32 C) == features.py within 2e-3 (as arm_mfcc_f32 is) on real speech with
     digital silence."""

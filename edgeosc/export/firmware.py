@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ExportConfig, FeatureConfig
-from ..frontend import ACTIVE_DB, NORMALIZE_MODES, floor_nats, mfcc_constants, nats
+from ..frontend import ACTIVE_DB, NORMALIZE_MODES, mfcc_constants, nats
 from ..io import write_json
 from .firmware_ops import Array, Call, Graph, Ref, Struct, lower, read_graph
 
@@ -123,7 +123,7 @@ def frontend_source(cfg: FeatureConfig, name: str, head: str) -> str:
     body = "".join(c_array(t, f"{name}_{k}", v) for k, (t, v) in arrays.items())
     fields = dict(frame_length=n, hop_length=cfg.hop_length, n_frames=cfg.n_frames, n_mels=cfg.n_mels,
                   n_mfcc=cfg.n_mfcc, normalize=NORMALIZE_MODES.index(cfg.normalize),
-                  floor=c_float(floor_nats(cfg)), active=c_float(nats(ACTIVE_DB)), dct="NULL")
+                  floor=c_float(nats(cfg.floor_db)), active=c_float(nats(ACTIVE_DB)), dct="NULL")
     fields.update({k: f"{name}_{k}" for k in arrays})
     return (f"{head}/* Front end tables of {cfg} (edgeosc/features.py). */\n#include <stddef.h>\n\n"
             f"#include \"edgeosc_frontend.h\"\n\n{body}\nconst EdgeoscFrontend {name}_frontend = {{\n  "

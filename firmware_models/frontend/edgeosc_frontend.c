@@ -101,18 +101,19 @@ void edgeosc_frontend_frame(const EdgeoscFrontend *f, const int16_t *pcm, float 
 void edgeosc_frontend_clip(const EdgeoscFrontend *f, const int16_t *pcm, float *features, float *scratch) {
   const int32_t C = f->n_mfcc ? f->n_mfcc : f->n_mels, n = f->n_frames * C;
   int32_t t, c, i;
+  float peak;
   for (t = 0; t < f->n_frames; ++t)
     edgeosc_frontend_frame(f, pcm + t * f->hop_length, features + t * C, scratch);
-  if (f->floor > 0) { /* log-mel only (the generator refuses a floor with a DCT) */
-    float peak = features[0], lo;
-    for (i = 1; i < n; ++i) peak = features[i] > peak ? features[i] : peak;
-    lo = peak - f->floor;
+  peak = features[0];
+  /* the clip's largest log-mel, for the floor and the active frames (log-mel only: the generator refuses a DCT);
+     the floor leaves it where it is */
+  for (i = 1; (f->floor > 0 || f->normalize == 2) && i < n; ++i) peak = features[i] > peak ? features[i] : peak;
+  if (f->floor > 0) {
+    const float lo = peak - f->floor;
     for (i = 0; i < n; ++i) features[i] = features[i] < lo ? lo : features[i];
   }
-  if (f->normalize) { /* each coefficient's mean over every frame (1) or over the active frames (2, log-mel) */
-    float *mean = scratch, gate = features[0], count = 0; /* the frames are done with the scratch */
-    for (i = 1; f->normalize == 2 && i < n; ++i) gate = features[i] > gate ? features[i] : gate;
-    gate -= f->active;
+  if (f->normalize) { /* each coefficient's mean over every frame (1) or over the active frames (2) */
+    float *mean = scratch, gate = peak - f->active, count = 0; /* the frames are done with the scratch */
     for (c = 0; c < C; ++c) mean[c] = 0;
     for (t = 0; t < f->n_frames; ++t) {
       const float *x = features + t * C;
