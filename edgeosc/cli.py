@@ -121,6 +121,8 @@ def data_info(cache_dir, **kw):
 @click.option("--p", "p", type=int, default=ModelConfig.p, show_default=True, help="Readout sharpening power.")
 @click.option("--positive", type=click.Choice(POSITIVE_MAPS), default=ModelConfig.positive, show_default=True,
               help="Positive map of the coupling weights.")
+@click.option("--key-gate", is_flag=True, help="Oscillator: a learned weight per key in the readout "
+              "(docs/ablations.md section 43; no int8/TFLite/C export yet).")
 @click.option("--n-mfcc", type=int, default=FeatureConfig.n_mfcc, show_default=True,
               help="0: 40 log-mel bands; >0: that many MFCCs.")
 @click.option("--normalize", type=click.Choice(NORMALIZE_MODES), default=FeatureConfig.normalize,
@@ -156,20 +158,20 @@ def data_info(cache_dir, **kw):
 @click.option("--calib-batches", type=int, default=QuantConfig.calibration_batches, show_default=True,
               help="Training batches that calibrate the activation scales before QAT.")
 @friendly_errors
-def train(cache_dir, attention, size, d_osc, p, positive, n_mfcc, normalize, floor_db, epochs, batch_size, lr, seed,
+def train(cache_dir, attention, size, d_osc, p, positive, key_gate, n_mfcc, normalize, floor_db, epochs, batch_size, lr, seed,
           device, no_augment, mixup, init_from, out, resume, quiet, qat, from_ckpt, preset, calib_batches, **data_kw):
     """Train a KWS model, keep the best checkpoint by validation accuracy, report test accuracy."""
     from .data import load_dataset
     from .train import format_confusion, train as run_train
     data_cfg = make_data_cfg(**data_kw)
-    model_cfg = ModelConfig(attention=attention, size=size, d_osc=d_osc, p=p, positive=positive)
+    model_cfg = ModelConfig(attention=attention, size=size, d_osc=d_osc, p=p, positive=positive, key_gate=key_gate)
     feature_cfg, build = FeatureConfig(n_mfcc=n_mfcc, normalize=normalize, floor_db=floor_db), None
     if qat or from_ckpt:
         from .quant import qat_builder
         from .train import load_checkpoint
         is_default = lambda name: click.get_current_context().get_parameter_source(name).name == "DEFAULT"  # noqa: E731
-        given = [n for n in ("attention", "size", "d_osc", "p", "positive", "n_mfcc", "normalize", "floor_db")
-                 if not is_default(n)]
+        given = [n for n in ("attention", "size", "d_osc", "p", "positive", "key_gate", "n_mfcc", "normalize",
+                             "floor_db") if not is_default(n)]
         if not (qat and from_ckpt) or given:
             raise click.ClickException("--qat needs --from CHECKPOINT, which sets the model and features "
                                        f"(drop {', '.join('--' + n.replace('_', '-') for n in given) or '--from'})")

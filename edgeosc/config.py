@@ -84,6 +84,7 @@ class ModelConfig:
     p: int = 4
     positive: str = "relu2"
     anchors: str = "projected"  # "projected": own projection R; "tied": first d_osc key coordinates
+    key_gate: bool = False  # a learned weight per key in the readout (attention.py, docs/ablations.md section 43)
     score_scale: float = 4.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
     eps: float = 1e-6
     dropout: float = 0.1
@@ -95,6 +96,8 @@ class ModelConfig:
             raise ValueError(f"unknown positive map {self.positive!r}; choose from {POSITIVE_MAPS}")
         if self.anchors not in ("projected", "tied"):
             raise ValueError(f"unknown anchors {self.anchors!r}; choose 'projected' or 'tied'")
+        if self.key_gate and self.attention != "oscillator":
+            raise ValueError("key_gate is an oscillator setting")
         if self.d_osc < 1 or self.p < 1:
             raise ValueError("d_osc and p must be >= 1")
 

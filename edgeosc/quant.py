@@ -206,6 +206,9 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
         kind = "softmax" if isinstance(attn, SoftmaxAttention) else "oscillator"
         if kind == "oscillator" and attn.factorized:
             raise ValueError("QAT uses the direct oscillator form; the factorized core has no quantization points")
+        if kind == "oscillator" and attn.gate is not None:
+            raise ValueError("key-gated oscillator models (model.key_gate) have no int8 path yet: train without "
+                             "--key-gate to quantize and export to TFLite or C")
         readers = [attn.qkv] + ([attn.anchor] if getattr(attn, "anchor", None) is not None else [])
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
         names = QUANT_POINTS[kind] + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or len(readers) > 1)

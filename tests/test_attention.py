@@ -137,3 +137,39 @@ def test_modules_shapes_and_factorized_module():
     assert KuramotoBlock(12, 8)(theta).shape == theta.shape
     with pytest.raises(ValueError):
         OscillatorAttention(16, 4, positive="exp")
+
+
+@pytest.mark.parametrize("mask_i", [0, 1, 2])
+def test_key_gate_weighs_keys_in_the_readout(mask_i):
+    mask = masks()[mask_i]
+    q, k, v, r = inputs(2, seed=5)
+    _, plain = oscillator_attention(q, k, v, r, p=4, mask=mask, return_weights=True)
+    ones = torch.ones(B, H, T, 1, dtype=q.dtype)
+    torch.testing.assert_close(oscillator_attention(q, k, v, r, p=4, mask=mask, g=ones * 3.0),
+                               oscillator_attention(q, k, v, r, p=4, mask=mask))  # only ratios of g count
+    g = torch.rand(B, H, T, 1, generator=torch.Generator().manual_seed(1), dtype=q.dtype) + 0.1
+    g[:, :, 2] = 1e-9  # key 2 all but switched off
+    out, a = oscillator_attention(q, k, v, r, p=4, mask=mask, g=g, return_weights=True)
+    assert a[..., 2].max() < 1e-7 and plain[..., 2].max() > 1e-2
+    expected = plain * g.transpose(-1, -2)  # a_ij = g_j c_ij / sum_l g_l c_il
+    torch.testing.assert_close(a, expected / expected.sum(-1, keepdim=True))
+    fact = oscillator_attention_factorized(q, k, v, r, p=4, mask=mask, g=g)
+    assert (fact - out).norm() / out.norm() <= 1e-5
+
+
+def test_key_gate_module_is_oscillator_only_and_kept_out_of_int8():
+    from edgeosc.config import ModelConfig
+    from edgeosc.models.kws import build_model
+    from edgeosc.quant import QuantConfig, quantize_model
+    with pytest.raises(ValueError, match="oscillator setting"):
+        ModelConfig(attention="softmax", key_gate=True)
+    model = build_model(ModelConfig(key_gate=True)).eval()
+    x = torch.randn(2, 49, 40)
+    attn = model.blocks[0].attn
+    assert attn.gate is not None and (attn.gates_of(torch.zeros(1, 49, 32)) > 0).all()
+    before = model(x)
+    attn.factorized = True
+    torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
+    attn.factorized = False
+    with pytest.raises(ValueError, match="no int8 path"):
+        quantize_model(model, QuantConfig())

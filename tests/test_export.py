@@ -129,3 +129,16 @@ def test_latency_benchmark_runs_both_kinds(runs):
     rows = compare(runs["oscillator"]["dir"], runs["softmax"]["dir"], runs=3, echo=lines.append)
     assert [r["file"] for r in rows] == ["float.onnx", "float_op.onnx", "int8_qcdq.onnx", "int8_qcdq_op.onnx"]
     assert all(r["ratio"] > 0 and r["oscillator"]["median_ms"] > 0 for r in rows) and "ratio" in lines[1]
+
+
+def test_key_gated_model_exports_float_onnx_only(tmp_path):
+    from edgeosc.config import ModelConfig
+    from edgeosc.models.kws import build_model
+    model = build_model(ModelConfig(key_gate=True, d_osc=2)).eval()
+    out = export(model, ExportConfig(), tmp_path)
+    assert sorted(p.name for p in out.glob("*.onnx")) == ["float.onnx"]  # the custom op has no key-gate input
+    x = torch.randn(3, 49, 40)
+    with torch.no_grad():
+        assert np.abs(OnnxRunner(out / "float.onnx")(x.numpy()) - model(x).numpy()).max() <= 1e-4
+    with pytest.raises(ValueError, match="key gate"):
+        export(model, ExportConfig(), tmp_path / "tflite", target="tflite")

@@ -122,8 +122,8 @@ class Graph:
             a = b.softmax(qk, beta=1 / math.sqrt(attn.d_h), name=f"{label}/a")
             out = b.batch_matmul(a, vh, q=q("out"), name=f"{label}/out")
         else:
-            if attn.anchor is None:
-                raise ValueError("TFLite export needs projected anchors (anchors='projected')")
+            if attn.anchor is None or attn.gate is not None:
+                raise ValueError("TFLite export needs projected anchors (anchors='projected') and no key gate")
             raw = self.heads(self.linear(x, attn.anchor, q("r_raw"), label=f"{label}/r_raw"), attn.heads,
                              f"{label}/r_raw")
             r = b.l2_normalization(raw, name=f"{label}/r")

@@ -94,13 +94,17 @@ def unit(x: Tensor, eps: float) -> Tensor:
 
 def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1, eps: float = 1e-6,
                          positive: str = "softplus", mask: Tensor | None = None,
-                         return_weights: bool = False, quant=None):
-    """Fixed-query oscillator attention, direct form: a = (1 + z r^T)^p / sum_j (.), out = a v."""
+                         return_weights: bool = False, quant=None, g: Tensor | None = None):
+    """Fixed-query oscillator attention, direct form: a = (1 + z r^T)^p / sum_j (.), out = a v.
+
+    g [B,H,T,1] > 0, optional: a weight per key (the key gate), a_ij = g_j (1 + z_i.r_j)^p / sum_l (.).
+    """
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
     z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask, quant=quant)  # [B,H,T,d_osc]
     zr = quant("zr", z @ r.transpose(-1, -2))  # [B,H,T,T] in [-1, 1]: |z| <= 1, |r| <= 1
-    c = quant("c", _masked_fill(shifted_power(zr, p), mask, 0.0))  # in [0, 2^p]
+    c = shifted_power(zr, p) if g is None else shifted_power(zr, p) * g.transpose(-1, -2)
+    c = quant("c", _masked_fill(c, mask, 0.0))  # in [0, 2^p] (times g)
     csum = quant("csum", c.sum(-1, keepdim=True))  # [B,H,T,1]
     # a reciprocal and a product, not a division: int8 runtimes lack DIV; 1/csum is a table of csum
     a = quant("a", c * quant("inv", reciprocal(csum)))
@@ -119,7 +123,7 @@ def _poly_features(x: Tensor, p: int, weighted: bool) -> Tensor:
 
 def oscillator_attention_factorized(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1,
                                     eps: float = 1e-6, positive: str = "softplus",
-                                    mask: Tensor | None = None) -> Tensor:
+                                    mask: Tensor | None = None, g: Tensor | None = None) -> Tensor:
     """Same result as oscillator_attention without forming the T x T readout matrix.
 
     (1 + z.r)^p = phi(z).psi(r) with D_p = sum_{m<=p} d_osc^m features, so
@@ -131,6 +135,7 @@ def oscillator_attention_factorized(q: Tensor, k: Tensor, v: Tensor, r: Tensor, 
     z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask)
     phi = _poly_features(z, p, weighted=False)  # [B,H,T,D]
     psi = _poly_features(r, p, weighted=True)  # [B,H,T,D]
+    psi = psi if g is None else psi * g  # the key gate weighs key j's features
     psi_v = torch.cat([psi.unsqueeze(-1) * v.unsqueeze(-2),  # [B,H,T,D,d_v] values
                        psi.unsqueeze(-1)], -1).flatten(-2)  # and ones for the normaliser
     if mask is None:
@@ -256,10 +261,14 @@ class OscillatorAttention(_Heads):
     """Projections F (query), G (key), V (value) and per-head anchors r_j = normalize(R e_j).
 
     anchors="projected" learns R; "tied" uses the first d_osc key coordinates of each head.
+    key_gate adds a weight per key and head, g_j = positive(K e_j), to the readout (docs/ablations.md section 43):
+    the shifted cosines only see the angle between z_i and r_j, so without it every key within a kernel width of
+    z_i gets weight however uninformative (softmax weighs keys by themselves through the query bias).
     """
 
     def __init__(self, d_model: int, heads: int, d_osc: int = 2, p: int = 1, positive: str = "softplus",
-                 anchors: str = "projected", eps: float = 1e-6, factorized: bool = False, score_scale: float = 1.0):
+                 anchors: str = "projected", eps: float = 1e-6, factorized: bool = False, score_scale: float = 1.0,
+                 key_gate: bool = False):
         super().__init__(d_model, heads, score_scale)
         if positive not in POSITIVE:
             raise ValueError(f"unknown positive map {positive!r}; choose from {sorted(POSITIVE)}")
@@ -269,22 +278,29 @@ class OscillatorAttention(_Heads):
         self.factorized = factorized
         self.qkv = nn.Linear(d_model, 3 * d_model)  # F, G, V
         self.anchor = nn.Linear(d_model, heads * d_osc) if anchors == "projected" else None
+        self.gate = nn.Linear(d_model, heads) if key_gate else None
+        if key_gate:
+            nn.init.ones_(self.gate.bias)  # every key's weight starts near positive(1)
 
     def anchors_of(self, x: Tensor, k: Tensor) -> Tensor:
         raw = self.split(self.point("r_raw", self.anchor(x))) if self.anchor is not None else k[..., : self.d_osc]
         return unit(raw, self.eps)  # [B,H,T,d_osc] unit anchors
 
-    def core(self, q: Tensor, k: Tensor, v: Tensor, r: Tensor, mask: Tensor | None = None) -> Tensor:
+    def gates_of(self, x: Tensor) -> Tensor | None:
+        return None if self.gate is None else POSITIVE[self.positive](self.split(self.gate(x)))  # [B,H,T,1]
+
+    def core(self, q: Tensor, k: Tensor, v: Tensor, r: Tensor, mask: Tensor | None = None,
+             g: Tensor | None = None) -> Tensor:
         """The functional core with this layer's settings (the ONNX export emits it as one custom op)."""
         if self.factorized:  # no quantization points: QAT and export use the direct form
             return oscillator_attention_factorized(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive,
-                                                   mask=mask)
+                                                   mask=mask, g=g)
         return oscillator_attention(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, mask=mask,
-                                    quant=self.quant)
+                                    quant=self.quant, g=g)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.qkv_heads(x)
-        return self.merge(self.core(q, k, v, self.anchors_of(x, k), mask))
+        return self.merge(self.core(q, k, v, self.anchors_of(x, k), mask, self.gates_of(x)))
 
 
 class SwiGLU(nn.Module):
