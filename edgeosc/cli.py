@@ -158,8 +158,9 @@ def data_info(cache_dir, **kw):
 @click.option("--calib-batches", type=int, default=QuantConfig.calibration_batches, show_default=True,
               help="Training batches that calibrate the activation scales before QAT.")
 @friendly_errors
-def train(cache_dir, attention, size, d_osc, p, positive, key_gate, n_mfcc, normalize, floor_db, epochs, batch_size, lr, seed,
-          device, no_augment, mixup, init_from, out, resume, quiet, qat, from_ckpt, preset, calib_batches, **data_kw):
+def train(cache_dir, attention, size, d_osc, p, positive, key_gate, n_mfcc, normalize, floor_db, epochs, batch_size,
+          lr, seed, device, no_augment, mixup, init_from, out, resume, quiet, qat, from_ckpt, preset, calib_batches,
+          **data_kw):
     """Train a KWS model, keep the best checkpoint by validation accuracy, report test accuracy."""
     from .data import load_dataset
     from .train import format_confusion, train as run_train

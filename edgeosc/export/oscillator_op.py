@@ -64,7 +64,9 @@ def use_custom_op(model: nn.Module) -> nn.Module:
     model = copy.deepcopy(model)
     for m in model.modules():
         if isinstance(m, OscillatorAttention):
-            m.core = lambda q, k, v, r, mask=None, m=m: _Op.apply(q, k, v, r, m)
+            if m.gate is not None:
+                raise ValueError("the OscillatorAttention op has no key-gate input (model.key_gate)")
+            m.core = lambda q, k, v, r, mask=None, g=None, m=m: _Op.apply(q, k, v, r, m)
     return model
 
 

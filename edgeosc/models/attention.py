@@ -300,7 +300,7 @@ class OscillatorAttention(_Heads):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.qkv_heads(x)
-        return self.merge(self.core(q, k, v, self.anchors_of(x, k), mask, self.gates_of(x)))
+        return self.merge(self.core(q, k, v, self.anchors_of(x, k), mask, g=self.gates_of(x)))
 
 
 class SwiGLU(nn.Module):
