@@ -9,6 +9,7 @@ from edgeosc.cli import main
 from edgeosc.config import ExportConfig
 from edgeosc.export import export
 from edgeosc.export.onnxrt import OnnxModelError, OnnxRunner, load_onnx
+from edgeosc.export import oscillator_op
 from edgeosc.export.oscillator_op import DOMAIN, OP
 from edgeosc.models.attention import QUANT_POINTS
 
@@ -142,3 +143,5 @@ def test_key_gated_model_exports_float_onnx_only(tmp_path):
         assert np.abs(OnnxRunner(out / "float.onnx")(x.numpy()) - model(x).numpy()).max() <= 1e-4
     with pytest.raises(ValueError, match="key gate"):
         export(model, ExportConfig(), tmp_path / "tflite", target="tflite")
+    with pytest.raises(ValueError, match="no key-gate input"):
+        oscillator_op.use_custom_op(model)
