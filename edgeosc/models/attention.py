@@ -103,8 +103,10 @@ def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int =
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
     z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask, quant=quant)  # [B,H,T,d_osc]
     zr = quant("zr", z @ r.transpose(-1, -2))  # [B,H,T,T] in [-1, 1]: |z| <= 1, |r| <= 1
-    c = shifted_power(zr, p) if g is None else shifted_power(zr, p) * g.transpose(-1, -2)
-    c = quant("c", _masked_fill(c, mask, 0.0))  # in [0, 2^p] (times g)
+    c = shifted_power(zr, p)  # in [0, 2^p]
+    if g is not None:
+        c = c * g.transpose(-1, -2)  # the key gate: key j's shifted cosines times g_j
+    c = quant("c", _masked_fill(c, mask, 0.0))
     csum = quant("csum", c.sum(-1, keepdim=True))  # [B,H,T,1]
     # a reciprocal and a product, not a division: int8 runtimes lack DIV; 1/csum is a table of csum
     a = quant("a", c * quant("inv", reciprocal(csum)))
