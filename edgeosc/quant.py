@@ -43,7 +43,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
 
 from .config import QUANT_PRESETS, ModelConfig, QuantConfig, to_dict
 from .io import sha256_file
-from .models.attention import LAYER_POINTS, QUANT_POINTS, SoftmaxAttention, unit
+from .models.attention import GATE_POINTS, LAYER_POINTS, QUANT_POINTS, SoftmaxAttention, unit
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
 
@@ -89,8 +89,9 @@ PRESETS = {"int8": Preset(Int8WeightPerChannelFloat, Int8ActLogScale, Uint8ActLo
            "w4a8": Preset(Int4WeightPerChannelFloat, Int8ActLogScale, Uint8ActLogScale, Int32Bias)}
 assert tuple(PRESETS) == QUANT_PRESETS
 # >= 0 by construction: positive map, shifted cosines and their sum, reciprocal, readout; the ReLU output
-NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden"}
-FIXED = {"oscillator": {"r": UnitVector, "wn": UnitVector, "z": UnitVector}, "softmax": {"a": Probability}}
+NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden", "g", "pow"}
+FIXED = {"oscillator": {"r": UnitVector, "wn": UnitVector, "z": UnitVector, "gn": UnitVector, "cn": UnitVector},
+         "softmax": {"a": Probability}}
 INPUT_LAYERS = {"to_phase"}  # Kuramoto: the layer reading the features (QATModel.input_quant's output)
 
 
@@ -188,9 +189,9 @@ def fold_norms(net: KWSTransformer) -> KWSTransformer:
             layer.weight.mul_(norm.weight * math.sqrt(norm.normalized_shape[-1]))
         _unit_output(norm)
 
-    for block in net.blocks:
-        anchor = getattr(block.attn, "anchor", None)
-        fold(block.norm1, block.attn.qkv, *([anchor] if anchor is not None else []))
+    for block in net.blocks:  # norm1's readers: qkv, and the anchor and gate projections where present
+        readers = (getattr(block.attn, name, None) for name in ("qkv", "anchor", "gate"))
+        fold(block.norm1, *(m for m in readers if m is not None))
         fold(block.norm2, block.ff[0])
     fold(net.norm, net.head)  # the mean over time commutes with the affine
     return net
@@ -206,16 +207,14 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
         kind = "softmax" if isinstance(attn, SoftmaxAttention) else "oscillator"
         if kind == "oscillator" and attn.factorized:
             raise ValueError("QAT uses the direct oscillator form; the factorized core has no quantization points")
-        if kind == "oscillator" and attn.gate is not None:
-            raise ValueError("key-gated oscillator models (model.key_gate) have no int8 path yet: train without "
-                             "--key-gate to quantize and export to TFLite or C")
-        readers = [attn.qkv] + ([attn.anchor] if getattr(attn, "anchor", None) is not None else [])
+        anchor, gate = getattr(attn, "anchor", None), getattr(attn, "gate", None)
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
-        names = QUANT_POINTS[kind] + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or len(readers) > 1)
+        names = (QUANT_POINTS[kind] + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or anchor is not None)
+                 + (GATE_POINTS if gate is not None else ()))
         attn.quant = QuantPoints(names, preset, FIXED[kind])
-        attn.qkv = _quant_layer(attn.qkv, preset, block.norm1.quant.proxy("norm"))
-        if len(readers) > 1:
-            attn.anchor = _quant_layer(attn.anchor, preset, block.norm1.quant.proxy("norm"))
+        for name in ("qkv", "anchor", "gate"):  # norm1's readers
+            if getattr(attn, name, None) is not None:
+                setattr(attn, name, _quant_layer(getattr(attn, name), preset, block.norm1.quant.proxy("norm")))
         attn.out = _quant_layer(attn.out, preset, attn.quant.proxy("out"))
         block.quant = QuantPoints(BLOCK_POINTS, preset)
         block.ff[0] = _quant_layer(block.ff[0], preset, block.norm2.quant.proxy("norm"))

@@ -59,7 +59,8 @@ def fit(model, x, y, steps, lr):
 
 @pytest.fixture(scope="session")
 def trained():
-    """Oscillator and softmax KWS nets trained briefly on tones, then QAT-tuned; a held-out feature batch."""
+    """Oscillator, key-gated oscillator ("gated") and softmax KWS nets trained briefly on tones, then QAT-tuned;
+    a held-out feature batch."""
     from edgeosc.models.kws import build_model
     from edgeosc.quant import calibrate, float_model, quantize_model
     threads = torch.get_num_threads()
@@ -67,9 +68,11 @@ def trained():
     x, y = features(tone_clipset(n_per_class=12, seed=0))
     held, _ = features(tone_clipset(n_per_class=40, seed=1))  # 120 clips no model has seen
     out = {}
-    for kind in ("oscillator", "softmax"):
+    for kind in ("oscillator", "gated", "softmax"):
         torch.manual_seed(0)
-        net = fit(build_model(ModelConfig(attention=kind, n_classes=3, dropout=0.0)), x, y, 30, 1e-2)
+        cfg = ModelConfig(attention="oscillator" if kind == "gated" else kind, key_gate=kind == "gated",
+                          n_classes=3, dropout=0.0)
+        net = fit(build_model(cfg), x, y, 30, 1e-2)
         qat = quantize_model(net, QuantConfig())
         calibrate(qat, [(x, y)], 1)
         qat = fit(qat, x, y, 5, 1e-3)

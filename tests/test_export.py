@@ -23,18 +23,19 @@ MEAN_LSB, MAX_LSB = 0.05, 4
 
 @pytest.fixture(scope="module")
 def runs(trained, tmp_path_factory):
-    """The briefly trained oscillator and softmax QAT nets (conftest.trained), exported to ONNX; a held-out batch."""
+    """The briefly trained QAT nets (conftest.trained), exported to ONNX; a held-out batch."""
     models, held = trained
     out = {kind: dict(m, dir=export(m["qat"], ExportConfig(), tmp_path_factory.mktemp(kind)))
            for kind, m in models.items()}
     return out, held
 
 
-@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+@pytest.mark.parametrize("kind", ["oscillator", "gated", "softmax"])
 def test_files_are_valid_named_and_batch_dynamic(runs, kind):
     runs, held = runs
     files = sorted(p.name for p in runs[kind]["dir"].glob("*.onnx"))
     expected = {"oscillator": ["float.onnx", "float_op.onnx", "int8_qcdq.onnx", "int8_qcdq_op.onnx"],
+                "gated": ["float.onnx", "int8_qcdq.onnx"],  # the custom op has no key-gate input
                 "softmax": ["float.onnx", "int8_qcdq.onnx"]}[kind]
     assert files == expected
     for name in files:
@@ -45,7 +46,7 @@ def test_files_are_valid_named_and_batch_dynamic(runs, kind):
         assert runner(held[:1].numpy()).shape == (1, 3) and runner(held[:7].numpy()).shape == (7, 3)
 
 
-@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+@pytest.mark.parametrize("kind", ["oscillator", "gated", "softmax"])
 def test_float_onnx_matches_float_torch(runs, kind):
     runs, held = runs
     with torch.no_grad():
@@ -54,7 +55,7 @@ def test_float_onnx_matches_float_torch(runs, kind):
         assert np.abs(OnnxRunner(runs[kind]["dir"] / "float.onnx", optimize)(held.numpy()) - ref).max() <= 1e-4
 
 
-@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+@pytest.mark.parametrize("kind", ["oscillator", "gated", "softmax"])
 def test_int8_onnx_matches_qat_model(runs, kind, tmp_path):
     runs, held = runs
     qat = runs[kind]["qat"]
@@ -132,16 +133,11 @@ def test_latency_benchmark_runs_both_kinds(runs):
     assert all(r["ratio"] > 0 and r["oscillator"]["median_ms"] > 0 for r in rows) and "ratio" in lines[1]
 
 
-def test_key_gated_model_exports_float_onnx_only(tmp_path):
-    from edgeosc.config import ModelConfig
-    from edgeosc.models.kws import build_model
-    model = build_model(ModelConfig(key_gate=True, d_osc=2)).eval()
-    out = export(model, ExportConfig(), tmp_path)
-    assert sorted(p.name for p in out.glob("*.onnx")) == ["float.onnx"]  # the custom op has no key-gate input
-    x = torch.randn(3, 49, 40)
-    with torch.no_grad():
-        assert np.abs(OnnxRunner(out / "float.onnx")(x.numpy()) - model(x).numpy()).max() <= 1e-4
-    with pytest.raises(ValueError, match="key gate"):
-        export(model, ExportConfig(), tmp_path / "tflite", target="tflite")
+def test_custom_ops_refuse_a_key_gated_model(runs):
+    from edgeosc.export.tflite import Graph
+    runs, _ = runs
+    qat = runs["gated"]["qat"]
     with pytest.raises(ValueError, match="no key-gate input"):
-        oscillator_op.use_custom_op(model)
+        oscillator_op.use_custom_op(qat.net)
+    with pytest.raises(ValueError, match="no key-gate input"):
+        Graph(qat.net, qat, custom_core=True).build()

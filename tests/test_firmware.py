@@ -1,8 +1,9 @@
 """Firmware models: generated C (host gcc build) == TFLite Micro bit-exactly; kernel accuracy; Cortex-M builds.
 
-Models: the conftest's briefly trained QAT oscillator and softmax nets exported to int8.tflite (and the
-oscillator's int8_custom.tflite), generated fused and op by op, plus one small graph per op kind and the
-oscillator core's builtin chain (test_integer_kernels). Every output is compared with TFLite Micro on
+Models: the conftest's briefly trained QAT oscillator, key-gated oscillator and softmax nets exported to
+int8.tflite (and the oscillator's int8_custom.tflite), generated fused and op by op (a gated core has no fused
+kernel: op by op either way), plus one small graph per op kind and the oscillator core's builtin chain
+(test_integer_kernels). Every output is compared with TFLite Micro on
 >= 100 inputs: real features, random bytes, saturating and all-zero inputs. No tolerance: bit-exact.
 """
 import re
@@ -152,7 +153,7 @@ def built(trained, tmp_path_factory):
     root = tmp_path_factory.mktemp("firmware")
     files = {name: (data, None) for name, data in {**op_graphs(), **core_graphs()}.items()}
     with torch.no_grad():
-        for kind, short in (("oscillator", "osc"), ("softmax", "sof")):
+        for kind, short in (("oscillator", "osc"), ("gated", "gat"), ("softmax", "sof")):
             qat = nets[kind]["qat"].eval()
             files[short] = (Graph(qat.net, qat).build(), FeatureConfig())
             files[f"{short}_ops"] = (files[short][0], FeatureConfig())
@@ -185,7 +186,7 @@ def model_inputs(built, name: str) -> np.ndarray:
 
 # ---- bit-exactness ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["osc", "osc_ops", "osc_custom", "sof", "sof_ops"])
+@pytest.mark.parametrize("name", ["osc", "osc_ops", "osc_custom", "gat", "gat_ops", "sof", "sof_ops"])
 def test_model_matches_tflite_micro(built, name):
     x = model_inputs(built, name)
     assert len(x) >= 100

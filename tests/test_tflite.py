@@ -39,12 +39,12 @@ def tensors(path) -> list[tuple[str, str, list]]:
              t.quantization.scale is not None else []) for t in model.subgraphs[0].tensors]
 
 
-@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+@pytest.mark.parametrize("kind", ["oscillator", "gated", "softmax"])
 def test_files_pass_the_structural_check(files, kind):
     files, _ = files
     folder = files[kind]["dir"]
     names = sorted(p.name for p in folder.glob("*.tflite"))
-    assert names == sorted(FILES if kind == "oscillator" else FILES[:2])
+    assert names == sorted(FILES if kind == "oscillator" else FILES[:2])  # the custom op has no key-gate input
     for name in names:
         info = check_tflite(folder / name)
         (inp,), (out,) = info["subgraphs"][0]["inputs"], info["subgraphs"][0]["outputs"]
@@ -67,7 +67,7 @@ def test_files_pass_the_structural_check(files, kind):
                            "L2_NORMALIZATION", "BATCH_MATMUL", "CAST", "GATHER", "SOFTMAX"}, ops
 
 
-@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+@pytest.mark.parametrize("kind", ["oscillator", "gated", "softmax"])
 def test_float_tflite_matches_the_float_model_in_every_interpreter(files, kind):
     files, held = files
     report = float_parity(files[kind]["float"], files[kind]["dir"] / "float.tflite", held[:16])
@@ -75,7 +75,7 @@ def test_float_tflite_matches_the_float_model_in_every_interpreter(files, kind):
     assert max(report.values()) <= 1e-4, report
 
 
-@pytest.mark.parametrize("kind", ["oscillator", "softmax"])
+@pytest.mark.parametrize("kind", ["oscillator", "gated", "softmax"])
 def test_int8_tflite_matches_qat_in_every_interpreter(files, kind):
     files, held = files
     report = int8_parity(files[kind]["qat"], files[kind]["dir"] / "int8.tflite", held)

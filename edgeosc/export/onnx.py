@@ -84,7 +84,7 @@ def export(model: torch.nn.Module, cfg: ExportConfig, out_dir: str | Path) -> Pa
     mcfg = model.cfg
     x = torch.randn(1, mcfg.n_frames, mcfg.n_coeffs, generator=torch.Generator().manual_seed(0))
     layer = _oscillator_layer(net)
-    if layer is not None and layer.gate is not None:  # the custom op has no key-gate input: float.onnx only
+    if layer is not None and layer.gate is not None:  # the custom op has no key-gate input: no *_op files
         layer = None
     with torch.no_grad():
         _save(_float_onnx(net, x, cfg, custom=False), out_dir / "float.onnx")

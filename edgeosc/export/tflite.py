@@ -9,10 +9,12 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                          LayerNorm         FULLY_CONNECTED with 1/d weights (mean), SUB, L2_NORMALIZATION
                          a map y = f(x)    a 256-entry table: CAST to int32, ADD 128, GATHER
                          ||.|| normalising L2_NORMALIZATION (r, the unit rows of w, z, LayerNorm)
+                         key gate          MUL of (1 + z.r)^p [H, T, T] by g [H, 1, T] (broadcast), then
+                                           L2_NORMALIZATION of the rows before their sum
                          sums over keys    FULLY_CONNECTED with unit weights (one exact int32 sum)
                          softmax baseline  SOFTMAX
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
-                       (export/edgeosc_attention_tflite.md); oscillator networks only.
+                       (export/edgeosc_attention_tflite.md); oscillator networks without the key gate only.
 Every int8 tensor is one of the QAT model's quantization points (quant.py), so the files compute what
 QAT simulated, up to rounding: TFLite requantizes with a fixed-point multiplier (round half away from
 zero), Brevitas in float (round half to even).
@@ -29,8 +31,8 @@ from torch import nn
 
 from ..config import ExportConfig
 from ..io import atomic_path
-from ..models.attention import RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, reciprocal, \
-    shifted_power
+from ..models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, \
+    reciprocal, shifted_power
 from ..models.kws import KWSTransformer
 from .tflite_builder import TFLiteBuilder, check_tflite
 
@@ -122,35 +124,55 @@ class Graph:
             a = b.softmax(qk, beta=1 / math.sqrt(attn.d_h), name=f"{label}/a")
             out = b.batch_matmul(a, vh, q=q("out"), name=f"{label}/out")
         else:
-            if attn.anchor is None or attn.gate is not None:
-                raise ValueError("TFLite export needs projected anchors (anchors='projected') and no key gate")
+            if attn.anchor is None:
+                raise ValueError("TFLite export needs projected anchors (anchors='projected')")
             raw = self.heads(self.linear(x, attn.anchor, q("r_raw"), label=f"{label}/r_raw"), attn.heads,
                              f"{label}/r_raw")
             r = b.l2_normalization(raw, name=f"{label}/r")
-            out = (self.custom_oscillator_core if self.custom_core else self.oscillator_core)(qh, kh, vh, r, attn,
-                                                                                                label)
+            if self.custom_core:
+                out = self.custom_oscillator_core(qh, kh, vh, r, attn, label)
+            else:
+                out = self.oscillator_core(qh, kh, vh, r, attn, label, self.key_gate(x, attn, label))
         t = b.shape(out)[1]
         merged = b.reshape(b.transpose(out, [1, 0, 2], name=f"{label}/merge"), [1, t, d], name=f"{label}/merged")
         return self.linear(merged, attn.out, q("proj"), label=f"{label}/proj")
 
-    def oscillator_core(self, qh: int, kh: int, vh: int, r: int, attn: OscillatorAttention, label: str) -> int:
-        """The core of attention.oscillator_attention: z = h / ||h||, a = (1 + z.r)^p / sum, out = a v."""
+    def key_gate(self, x: int, attn: OscillatorAttention, label: str) -> int | None:
+        """The unit vector over keys of g = positive(K x), [H, 1, T] (attention.gates_of), or None."""
+        if attn.gate is None:
+            return None
+        b = self.b
+        raw = self.linear(x, attn.gate, self.q(attn.quant, "g_raw") if self.int8 else None, label=f"{label}/g_raw")
+        raw = b.transpose(raw, [2, 0, 1], name=f"{label}/g_keys")  # [1, T, H] -> [H, 1, T]
+        if self.int8:
+            g = self.table(raw, POSITIVE[attn.positive], attn.quant, "g", f"{label}/g")
+        else:
+            g = self.float_positive(raw, attn.positive, f"{label}/g")
+        return b.l2_normalization(g, name=f"{label}/gn")
+
+    def oscillator_core(self, qh: int, kh: int, vh: int, r: int, attn: OscillatorAttention, label: str,
+                        g: int | None = None) -> int:
+        """The core of attention.oscillator_attention: z = h / ||h||, a = g (1 + z.r)^p / sum, out = a v."""
         b, hook = self.b, attn.quant
         q = (lambda n: self.q(hook, n)) if self.int8 else (lambda n: None)
         qk = b.batch_matmul(qh, kh, adj_y=True, q=q("qk"), name=f"{label}/qk")
         if self.int8:
             w = self.table(qk, lambda v: coupling(v, attn.d_h, attn.positive), hook, "w", f"{label}/w")
         else:
-            w = self.float_positive(qk, attn, label)
+            scores = b.mul(qk, b.const(f"{label}/inv_sqrt_dh", np.array([1 / math.sqrt(attn.d_h)], np.float32)),
+                           name=f"{label}/scores")
+            w = self.float_positive(scores, attn.positive, f"{label}/w")
         wn = b.l2_normalization(w, name=f"{label}/wn")
         h = b.batch_matmul(wn, r, q=q("h"), name=f"{label}/h")
         z = b.l2_normalization(h, name=f"{label}/z")
         zr = b.batch_matmul(z, r, adj_y=True, q=q("zr"), name=f"{label}/zr")
         if self.int8:
-            c = self.table(zr, lambda v: shifted_power(v, attn.p), hook, "c", f"{label}/c")
+            c = self.table(zr, lambda v: shifted_power(v, attn.p), hook, "c" if g is None else "pow", f"{label}/c")
         else:
             c = self.float_power(b.add(zr, b.const(f"{label}/one", np.ones(1, np.float32)), name=f"{label}/1+zr"),
                                  attn.p, f"{label}/c")
+        if g is not None:  # the key gate: key j's column times g_j (a broadcast MUL), then unit rows
+            c = b.l2_normalization(b.mul(c, g, q=q("c"), name=f"{label}/gated"), name=f"{label}/cn")
         csum = self.unit_sum(c, q("csum"), f"{label}/csum")
         if self.int8:
             a = b.mul(c, self.table(csum, reciprocal, hook, "inv", f"{label}/inv"), q=q("a"), name=f"{label}/a")
@@ -160,6 +182,8 @@ class Graph:
 
     def custom_oscillator_core(self, qh, kh, vh, r, attn: OscillatorAttention, label: str) -> int:
         from . import tflite_op
+        if attn.gate is not None:
+            raise ValueError("the EdgeOscAttention custom op has no key-gate input (model.key_gate)")
         b, hook = self.b, attn.quant
         out_scale, out_zp = self.q(hook, "out")
         shape = b.shape(qh)[:2] + [b.shape(vh)[-1]]
@@ -177,27 +201,25 @@ class Graph:
         b.custom(CUSTOM_OP, [qh, kh, vh, r], [out], options)
         return out
 
-    def float_positive(self, x: int, attn: OscillatorAttention, label: str) -> int:
-        """positive(x / sqrt(d_h)) in float ops (attention.POSITIVE)."""
+    def float_positive(self, x: int, positive: str, label: str) -> int:
+        """positive(x) in float ops (attention.POSITIVE); the result is named `label`."""
         b = self.b
-        x = b.mul(x, b.const(f"{label}/inv_sqrt_dh", np.array([1 / math.sqrt(attn.d_h)], np.float32)),
-                  name=f"{label}/scores")
-        if attn.positive == "relu2":
+        if positive == "relu2":
             r = b.relu(x, name=f"{label}/relu")
             return b.add(b.mul(r, r, name=f"{label}/relu_sq"), b.const(f"{label}/floor", np.array([RELU2_FLOOR],
-                         np.float32)), name=f"{label}/w")
+                         np.float32)), name=label)
         neg = b.mul(x, b.const(f"{label}/minus1", np.array([-1.0], np.float32)), name=f"{label}/neg")
-        if attn.positive == "elu1":  # relu(x) + exp(-relu(-x)) = x + 1 for x > 0, exp(x) otherwise
+        if positive == "elu1":  # relu(x) + exp(-relu(-x)) = x + 1 for x > 0, exp(x) otherwise
             e = b.exp(b.mul(b.relu(neg, name=f"{label}/relu_neg"), b.const(f"{label}/m1", np.array([-1.0],
                       np.float32)), name=f"{label}/min0"), name=f"{label}/exp")
-            return b.add(b.relu(x, name=f"{label}/relu"), e, name=f"{label}/w")
+            return b.add(b.relu(x, name=f"{label}/relu"), e, name=label)
         # softplus, overflow-free: relu(x) + log(1 + exp(-|x|)), |x| = relu(x) + relu(-x)
         absx = b.add(b.relu(x, name=f"{label}/relu"), b.relu(neg, name=f"{label}/relu_neg"), name=f"{label}/abs")
         e = b.exp(b.mul(absx, b.const(f"{label}/m1", np.array([-1.0], np.float32)), name=f"{label}/nabs"),
                   name=f"{label}/exp")
         log = b.log(b.add(e, b.const(f"{label}/one_", np.ones(1, np.float32)), name=f"{label}/1+e"),
                     name=f"{label}/log")
-        return b.add(b.relu(x, name=f"{label}/relu2"), log, name=f"{label}/w")
+        return b.add(b.relu(x, name=f"{label}/relu2"), log, name=label)
 
     def float_power(self, x: int, p: int, label: str) -> int:
         """x^p by repeated squaring (float MULs)."""
@@ -301,6 +323,7 @@ def export(model: nn.Module, cfg: ExportConfig, out_dir: str | Path) -> Path:
             return out_dir
         qat.eval()
         _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
-        if any(isinstance(m, OscillatorAttention) for m in qat.modules()):
+        layers = [m for m in qat.modules() if isinstance(m, OscillatorAttention)]
+        if layers and all(m.gate is None for m in layers):  # the custom op has no key-gate input
             _save(Graph(qat.net, qat, custom_core=True).build(), out_dir / "int8_custom.tflite")
     return out_dir

@@ -41,6 +41,9 @@ QUANT_POINTS = {"oscillator": ("q", "k", "v", "r", "qk", "w", "wn", "h", "z", "z
                 "softmax": ("q", "k", "v", "qk", "a", "out")}
 # Points of the attention modules around their cores: raw anchors (before normalising) and the output projection.
 LAYER_POINTS = {"oscillator": ("r_raw", "proj"), "softmax": ("proj",)}
+# The key gate's points: its projection g_raw, g = positive(g_raw), gn its unit vector over keys,
+# pow = (1 + zr)^p before c = pow gn, and cn the unit rows of c.
+GATE_POINTS = ("g_raw", "g", "gn", "pow", "cn")
 
 
 def _identity(name: str, x: Tensor) -> Tensor:
@@ -60,8 +63,11 @@ def shifted_power(zr: Tensor, p: int) -> Tensor:
 
 
 def reciprocal(x: Tensor) -> Tensor:
-    """1 / x, finite at x = 0 (all readout weights 0 then, so the output is 0)."""
-    return x.clamp_min(torch.finfo(x.dtype).tiny).reciprocal()
+    """1 / x, at most 1 / eps (float32: 8.4e6) as x -> 0, where all readout weights are 0 and so the output.
+
+    Not 1 / tiny: QAT divides it by the quantizer's scale, which would overflow to inf and give NaN gradients.
+    """
+    return x.clamp_min(torch.finfo(x.dtype).eps).reciprocal()
 
 
 def oscillator_state(q: Tensor, k: Tensor, r: Tensor, *, eps: float = 1e-6, positive: str = "softplus",
@@ -97,16 +103,19 @@ def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int =
                          return_weights: bool = False, quant=None, g: Tensor | None = None):
     """Fixed-query oscillator attention, direct form: a = (1 + z r^T)^p / sum_j (.), out = a v.
 
-    g [B,H,T,1] > 0, optional: a weight per key (the key gate), a_ij = g_j (1 + z_i.r_j)^p / sum_l (.).
+    g [B,H,T,1] > 0, optional: a weight per key (the key gate), a_ij = g_j (1 + z_i.r_j)^p / sum_l (.); the int8
+    graph normalises each row of g_j (1 + z_i.r_j)^p to a unit vector before the sum (point "cn").
     """
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
     z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask, quant=quant)  # [B,H,T,d_osc]
     zr = quant("zr", z @ r.transpose(-1, -2))  # [B,H,T,T] in [-1, 1]: |z| <= 1, |r| <= 1
     c = shifted_power(zr, p)  # in [0, 2^p]
-    if g is not None:
-        c = c * g.transpose(-1, -2)  # the key gate: key j's shifted cosines times g_j
+    if g is not None:  # the key gate: key j's shifted cosines times g_j (int8 graph: a table, then MUL)
+        c = quant("pow", c) * g.transpose(-1, -2)
     c = quant("c", _masked_fill(c, mask, 0.0))
+    if g is not None:  # unit rows leave a unchanged (a common factor per row) and bound csum to [1, sqrt(T)]:
+        c = quant("cn", unit(c, eps))  # gated, it spans 4 decades, more than one int8 scale of 1/csum holds
     csum = quant("csum", c.sum(-1, keepdim=True))  # [B,H,T,1]
     # a reciprocal and a product, not a division: int8 runtimes lack DIV; 1/csum is a table of csum
     a = quant("a", c * quant("inv", reciprocal(csum)))
@@ -289,7 +298,12 @@ class OscillatorAttention(_Heads):
         return unit(raw, self.eps)  # [B,H,T,d_osc] unit anchors
 
     def gates_of(self, x: Tensor) -> Tensor | None:
-        return None if self.gate is None else POSITIVE[self.positive](self.split(self.gate(x)))  # [B,H,T,1]
+        if self.gate is None:
+            return None
+        g = self.point("g", POSITIVE[self.positive](self.split(self.point("g_raw", self.gate(x)))))  # [B,H,T,1]
+        # a common factor on the g_j leaves a_ij unchanged: unit vectors over the keys keep g_j (1 + z_i.r_j)^p
+        # within [0, 2^p] in every clip, one int8 scale for all
+        return self.point("gn", unit(g.transpose(-1, -2), self.eps)).transpose(-1, -2)
 
     def core(self, q: Tensor, k: Tensor, v: Tensor, r: Tensor, mask: Tensor | None = None,
              g: Tensor | None = None) -> Tensor:
