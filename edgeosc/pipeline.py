@@ -130,7 +130,8 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
     data = yield Stage("data", dict(data=to_dict(cfg.data)), lambda f: impl.data(cfg, f, cache_dir, progress))
     keys = {}
     for kind in cfg.kinds:
-        model = dataclasses.replace(cfg.model, attention=kind)
+        gate = dict(key_gate=False) if kind != "oscillator" else {}  # the key gate is the oscillator's alone
+        model = dataclasses.replace(cfg.model, attention=kind, **gate)
         common = dict(data=data["key"], model=to_dict(model), features=to_dict(cfg.features))
         trained = yield Stage(f"train-{kind}", dict(common, train=to_dict(cfg.train)),
                               lambda f, m=model: impl.train_float(cfg, m, run_dir, f, cache_dir, progress))

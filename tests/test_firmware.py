@@ -1,9 +1,8 @@
 """Firmware models: generated C (host gcc build) == TFLite Micro bit-exactly; kernel accuracy; Cortex-M builds.
 
 Models: the conftest's briefly trained QAT oscillator, key-gated oscillator and softmax nets exported to
-int8.tflite (and the oscillator's int8_custom.tflite), generated fused and op by op (a gated core has no fused
-kernel: op by op either way), plus one small graph per op kind and the oscillator core's builtin chain
-(test_integer_kernels). Every output is compared with TFLite Micro on
+int8.tflite (and the oscillator's int8_custom.tflite), generated fused and op by op, plus one small graph per
+op kind and the oscillator core's builtin chain (test_integer_kernels). Every output is compared with TFLite Micro on
 >= 100 inputs: real features, random bytes, saturating and all-zero inputs. No tolerance: bit-exact.
 """
 import re
@@ -228,12 +227,15 @@ def test_oscillator_core_matches_reference_and_tflite_micro(built):
     np.testing.assert_array_equal(host(bmm["exe"], flat4), tflm(bmm["tflite"], flat4))
 
 
-def test_arena_is_planned(built):
+@pytest.mark.parametrize("name, core", [("osc", "oscillator"), ("gat", "oscillator_gated")])
+def test_arena_is_planned(built, name, core):
     """Fused cores keep one row of scores instead of [H, T, T] tensors; reused buffers shrink the arena."""
-    osc, ops = built["osc"]["info"], built["osc_ops"]["info"]
-    assert osc["arena_bytes"] < ops["arena_bytes"] and osc["arena_bytes"] < 12 * 1024
-    header = (built["osc"]["dir"] / "osc_model.h").read_text()
-    assert f"#define OSC_ARENA_BYTES {osc['arena_bytes']}" in header
+    fused, ops = built[name]["info"], built[f"{name}_ops"]["info"]
+    assert fused["arena_bytes"] < ops["arena_bytes"] and fused["arena_bytes"] < 12 * 1024
+    header = (built[name]["dir"] / f"{name}_model.h").read_text()
+    assert f"#define {name.upper()}_ARENA_BYTES {fused['arena_bytes']}" in header
+    code = (built[name]["dir"] / f"{name}_model.c").read_text()
+    assert code.count(f"edgeosc_{core}_core_int8(") == 2  # one per block
 
 
 # ---- accuracy of the integer functions ---------------------------------------------------------------------

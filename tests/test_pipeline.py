@@ -130,3 +130,14 @@ def test_rpi_bundle_runs_in_a_fresh_venv_with_only_its_requirements(whole, tmp_p
     res = CliRunner().invoke(main, ["compare", str(whole), "--board", str(results[0])])
     assert res.exit_code == 0, res.output
     assert "## Measured on a board" in (whole / "report" / "report.md").read_text()
+
+
+def test_the_key_gate_is_the_oscillators_alone(tmp_path):
+    from edgeosc.pipeline import stages
+    gen, models = stages(load_config(None, {"model.key_gate": True}), tmp_path), {}
+    stage = next(gen)
+    while stage.name != "report":  # the stages' inputs, without running them
+        if stage.name.startswith("train-"):
+            models[stage.name] = stage.inputs["model"]
+        stage = gen.send(dict(key=stage.name))
+    assert models["train-oscillator"]["key_gate"] and not models["train-softmax"]["key_gate"]

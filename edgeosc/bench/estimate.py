@@ -33,7 +33,7 @@ from . import devices as D
 
 DEFAULT_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-a53", "cortex-a72")
 CFLAGS = ("-std=c99", "-O2", "-fno-math-errno")
-ATTENTION = ("edgeosc_oscillator_core_int8", "edgeosc_softmax_core_int8")
+ATTENTION = ("edgeosc_oscillator_core_int8", "edgeosc_softmax_core_int8", "edgeosc_oscillator_gated_core_int8")
 ENTRY = "edgeosc_estimate_infer"
 
 # Int8 MACs per cycle of the widest multiply-accumulate each core has: the floor of cycles per MAC.

@@ -8,8 +8,9 @@ Every multiplier is computed from the float32 scales exactly as the TFLite Micro
   SOFTMAX  PreprocessSoftmaxScaling (integer_ref.softmax_params); L2_NORMALIZATION, GATHER: none.
 Patterns become one call: CAST + ADD 128 + GATHER is a table lookup; TRANSPOSE + FULLY_CONNECTED with one
 weight value is a sum pool over time; with fuse=True the oscillator core (qk .. out) and the softmax core
-(qk, SOFTMAX, out) become edgeosc_oscillator_core_int8 / edgeosc_softmax_core_int8, which work one query
-row at a time (scratch of T + 2 d_osc or T bytes instead of [H, T, T] tensors) with the same integers.
+(qk, SOFTMAX, out) become edgeosc_oscillator_core_int8 (edgeosc_oscillator_gated_core_int8 with the key
+gate) / edgeosc_softmax_core_int8, which work one query row at a time (scratch of T + 2 d_osc or T bytes
+instead of [H, T, T] tensors) with the same integers.
 The oscillator core's readout stays direct: the factorized form sums over C(d_osc + p, p) monomials
 (4681 at d_osc = 8, p = 4), more than the T = 49 keys it would replace.
 """
@@ -292,9 +293,22 @@ class Lowering:
             return None
         return op, ones, product_rq(self.t(c).s, ones.s, self.t(op.outputs[0]).s)
 
+    def gate_step(self, c: int):
+        """The key gate after the (1 + zr)^p table c: MUL(c, g [.., 1, T] at (1/128, 0)), then unit rows
+        (L2_NORMALIZATION): (mul, l2, g) or None."""
+        mul = self.g.sole_consumer(c, "MUL")
+        l2 = mul and self.g.sole_consumer(mul.outputs[0], "L2_NORMALIZATION")
+        if l2 is None or mul.options.fusedActivationFunction:
+            return None
+        gate, pw = self.t(mul.inputs[1] if mul.inputs[0] == c else mul.inputs[0]), self.t(c)
+        if gate.shape != pw.shape[:-2] + (1, pw.shape[-1]) or (gate.s, gate.z) != (np.float32(R.SCALE_UNIT), 0):
+            return None
+        return mul, l2, gate
+
     def oscillator_core(self, op: Op):
         """qk = BMM(q, k^T), w = table, wn = L2, h = BMM(wn, r), z = L2, zr = BMM(z, r^T), c = table,
-        sum = ones, inv = table, a = MUL(c, inv), out = BMM(a, v), or the EdgeOscAttention custom op."""
+        [key gate: c = L2(MUL(c, g))], sum = ones, inv = table, a = MUL(c, inv), out = BMM(a, v), or the
+        EdgeOscAttention custom op."""
         if op.kind == CUSTOM_OSC:
             return self.custom_core(op)
         g = self.g
@@ -316,7 +330,8 @@ class Lowering:
         c_chain = self.lut_chain(zr_op.outputs[0])
         if c_chain is None:
             return None
-        c = c_chain[2]
+        gate = self.gate_step(c_chain[2])
+        c = gate[1].outputs[0] if gate else c_chain[2]
         mul = next((u for u in g.consumers(c) if u.kind == "MUL"), None)
         summ = self.sum_step(c)
         if mul is None or summ is None or c in g.outputs or len(g.consumers(c)) != 2:
@@ -334,19 +349,26 @@ class Lowering:
         pts = {n: T(i) for n, i in dict(qk=op.outputs[0], w=w_chain[2], wn=wn_op.outputs[0], h=h_op.outputs[0],
                                         z=z_op.outputs[0], zr=zr_op.outputs[0], c=c, sum=summ[0].outputs[0],
                                         inv=inv_chain[2], a=mul.outputs[0], out=out_op.outputs[0]).items()}
-        ops = [op, *w_chain[0], wn_op, h_op, z_op, zr_op, *c_chain[0], summ[0], *inv_chain[0], mul, out_op]
+        ops = [op, *w_chain[0], wn_op, h_op, z_op, zr_op, *c_chain[0], *(gate[:2] if gate else ()), summ[0],
+               *inv_chain[0], mul, out_op]
         tables = [w_chain[1].index, c_chain[1].index, inv_chain[1].index]
         s = {n: t.s for n, t in pts.items()}
         rqs = dict(rq_qk=product_rq(q.s, k.s, s["qk"]), rq_h=product_rq(s["wn"], rt.s, s["h"]),
                    rq_zr=product_rq(s["z"], rt.s, s["zr"]), rq_sum=summ[2],
                    rq_a=double_rq(s["c"], s["inv"], s["a"]), rq_out=product_rq(s["a"], v.s, s["out"]))
-        for n in ("wn", "z"):
+        for n in ("wn", "z", *(("c",) if gate else ())):
             if (pts[n].s, pts[n].z) != (np.float32(R.SCALE_UNIT), 0):
                 raise UnsupportedGraph(f"{pts[n].name}: L2_NORMALIZATION output must be (1/128, 0)")
         zps = {n: pts[n].z for n in ("qk", "w", "h", "zr", "c", "sum", "inv", "a", "out")}
-        return self.core_call(ops, q, k, v, rt, zps, tables, rqs, int(summ[1].data.flat[0]), pts["out"].name)
+        gated = None
+        if gate:
+            pw, prod, g_t = T(c_chain[2]), T(gate[0].outputs[0]), gate[2]
+            gated = Struct("EdgeoscGateParams", dict(zp_pow=pw.z, zp_gated=prod.z,
+                                                     rq_gate=double_rq(pw.s, g_t.s, prod.s))), g_t
+        return self.core_call(ops, q, k, v, rt, zps, tables, rqs, int(summ[1].data.flat[0]), pts["out"].name, gated)
 
-    def core_call(self, ops, q, k, v, r, zps, tables, rqs, ones, label) -> Call:
+    def core_call(self, ops, q, k, v, r, zps, tables, rqs, ones, label, gate=None) -> Call:
+        """The fused core's call; gate: (its EdgeoscGateParams, the unit gates' tensor) or None."""
         H, T = int(np.prod(q.shape[:-2])), q.shape[-2]
         dr = r.shape[-1]
         fields = dict(heads=H, tokens=T, d_head=q.shape[-1], d_osc=dr, d_value=v.shape[-1],
@@ -354,7 +376,11 @@ class Lowering:
                       zp_q=q.z, zp_k=k.z, zp_v=v.z, zp_r=r.z, **{f"zp_{n}": zps[n] for n in zps}, ones=ones,
                       **rqs, round_matmul=0, round_sum=0, round_mul=0)
         out = [o for o in ops if o.kind in ("BATCH_MATMUL", CUSTOM_OSC)][-1].outputs[0]
-        args = [Struct("EdgeoscOscParams", fields), *(Ref(t.index) for t in (q, k, v, r)), Ref(out), "scratch"]
+        params = Struct("EdgeoscOscParams", fields)
+        if gate:
+            args = [params, gate[0], *(Ref(t.index) for t in (q, k, v, r, gate[1])), Ref(out), "scratch"]
+            return self.emit("edgeosc_oscillator_gated_core_int8", args, ops, label, scratch=T + 2 * dr)
+        args = [params, *(Ref(t.index) for t in (q, k, v, r)), Ref(out), "scratch"]
         return self.emit("edgeosc_oscillator_core_int8", args, ops, label, scratch=T + 2 * dr)
 
     def custom_core(self, op: Op) -> Call:

@@ -77,8 +77,10 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
   }
 }
 
-int edgeosc_oscillator_core_int8(const EdgeoscOscParams *p, const int8_t *q, const int8_t *k,
-                                 const int8_t *v, const int8_t *r, int8_t *out, int8_t *scratch) {
+/* Both oscillator cores; gp and g are NULL without the key gate. */
+static int oscillator_core(const EdgeoscOscParams *p, const EdgeoscGateParams *gp, const int8_t *q,
+                           const int8_t *k, const int8_t *v, const int8_t *r, const int8_t *g,
+                           int8_t *out, int8_t *scratch) {
   const int T = p->tokens, dh = p->d_head, dr = p->d_osc, dv = p->d_value;
   int8_t *row = scratch, *h = scratch + T, *z = scratch + T + dr;
   int hd, i, j, e;
@@ -106,10 +108,15 @@ int edgeosc_oscillator_core_int8(const EdgeoscOscParams *p, const int8_t *q, con
       edgeosc_l2norm_row_int8(h, dr, p->zp_h, z);
       /* 5-6: zr = z r^T (z has zero point 0), then (1 + zr)^p through its table */
       score_row(z, rh, T, dr, 0, p->zp_r, p->rq_zr, p->zp_zr, p->round_matmul, row);
-      for (j = 0; j < T; ++j) {
-        row[j] = p->table_c[row[j] + 128];
-        csum += row[j] - p->zp_c;
+      for (j = 0; j < T; ++j) row[j] = p->table_c[row[j] + 128];
+      if (g) { /* the key gate: MUL by the head's unit gates (zero point 0), then unit rows (in place) */
+        const int8_t *gh = g + (size_t)hd * T;
+        for (j = 0; j < T; ++j)
+          row[j] = edgeosc_requant_int8((row[j] - gp->zp_pow) * gh[j], gp->rq_gate, gp->zp_gated,
+                                        p->round_mul);
+        edgeosc_l2norm_row_int8(row, T, gp->zp_gated, row);
       }
+      for (j = 0; j < T; ++j) csum += row[j] - p->zp_c;
       /* 7-8: the row sum requantized (the ones column is a constant, so one product), 1/sum */
       sum = edgeosc_requant_int8(csum * p->ones, p->rq_sum, p->zp_sum, p->round_sum);
       inv_off = p->table_inv[sum + 128] - p->zp_inv;
@@ -122,6 +129,19 @@ int edgeosc_oscillator_core_int8(const EdgeoscOscParams *p, const int8_t *q, con
     }
   }
   return 0;
+}
+
+int edgeosc_oscillator_core_int8(const EdgeoscOscParams *p, const int8_t *q, const int8_t *k,
+                                 const int8_t *v, const int8_t *r, int8_t *out, int8_t *scratch) {
+  return oscillator_core(p, NULL, q, k, v, r, NULL, out, scratch);
+}
+
+int edgeosc_oscillator_gated_core_int8(const EdgeoscOscParams *p, const EdgeoscGateParams *gp,
+                                       const int8_t *q, const int8_t *k, const int8_t *v,
+                                       const int8_t *r, const int8_t *g, int8_t *out,
+                                       int8_t *scratch) {
+  if (!gp || !g) return -1;
+  return oscillator_core(p, gp, q, k, v, r, g, out, scratch);
 }
 
 int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, const int8_t *k,

@@ -45,6 +45,20 @@ typedef struct {
 int edgeosc_oscillator_core_int8(const EdgeoscOscParams *p, const int8_t *q, const int8_t *k,
                                  const int8_t *v, const int8_t *r, int8_t *out, int8_t *scratch);
 
+/* The key gate (docs/ablations.md section 44): with table_c giving pow = (1 + zr)^p, step 6 becomes
+ *   c = MUL(pow, g) (g [H, 1, T]: each head's unit gates over the keys, (1/128, 0)); c = L2_NORMALIZATION(c),
+ * and steps 7-9 read these unit rows: the EdgeoscOscParams fields of c (zp_c, rq_sum, rq_a) are theirs. */
+typedef struct {
+  int32_t zp_pow, zp_gated;              /* table_c's output; the MUL's output */
+  EdgeoscRequant rq_gate;                /* the MUL, rounded as step 9 (round_mul) */
+} EdgeoscGateParams;
+
+/** Runs steps 1-10 with the key gate; returns 0, or -1 on invalid parameters. */
+int edgeosc_oscillator_gated_core_int8(const EdgeoscOscParams *p, const EdgeoscGateParams *gp,
+                                       const int8_t *q, const int8_t *k, const int8_t *v,
+                                       const int8_t *r, const int8_t *g, int8_t *out,
+                                       int8_t *scratch);
+
 /* Softmax baseline: qk = q k^T; a = SOFTMAX(qk) with output (1/256, -128); out = a v.
  * beta_* and diff_min as TFLite's Prepare computes them (PreprocessSoftmaxScaling, 5 integer bits).
  * The softmax is TFLite (Micro)'s reference int8 kernel (gemmlowp fixed-point exp). tflite-runtime's
