@@ -14,8 +14,8 @@ quantized here, once, at a named point (attention.QUANT_POINTS / LAYER_POINTS, k
 BLOCK_POINTS, IntegerLayerNorm.POINTS), so the two differ only by rounding. In particular:
   - an elementwise map from a quantized input to a quantized output (the positive map, (1 + zr)^p, 1/csum)
     is exactly a 256-entry table: the int8 graph looks it up (GATHER);
-  - r, wn, z and LayerNorm's output are TFLite L2_NORMALIZATION outputs: fixed scale 1/128; the softmax weights are TFLite
-    SOFTMAX's output: fixed scale 1/256;
+  - r, wn, z, the key gate's gn and cn, and LayerNorm's output are TFLite L2_NORMALIZATION outputs: fixed scale
+    1/128; the softmax weights are TFLite SOFTMAX's output: fixed scale 1/256;
   - LayerNorm is mean, centre and L2_NORMALIZATION (IntegerLayerNorm), its affine folded into its readers (fold_norms);
   - a Linear reads its input through the quantizer of the point that produced it (shared, so the second
     pass is exact) and keeps its output float until the next point (the int32 accumulator).
@@ -88,7 +88,8 @@ class Preset:
 PRESETS = {"int8": Preset(Int8WeightPerChannelFloat, Int8ActLogScale, Uint8ActLogScale, Int32Bias),
            "w4a8": Preset(Int4WeightPerChannelFloat, Int8ActLogScale, Uint8ActLogScale, Int32Bias)}
 assert tuple(PRESETS) == QUANT_PRESETS
-# >= 0 by construction: positive map, shifted cosines and their sum, reciprocal, readout; the ReLU output
+# >= 0 by construction: positive map, shifted cosines and their sum, reciprocal, readout, the key gate and the
+# shifted power it weighs; the ReLU output
 NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden", "g", "pow"}
 FIXED = {"oscillator": {"r": UnitVector, "wn": UnitVector, "z": UnitVector, "gn": UnitVector, "cn": UnitVector},
          "softmax": {"a": Probability}}

@@ -2,8 +2,8 @@
 
 Models: the conftest's briefly trained QAT oscillator, key-gated oscillator and softmax nets exported to
 int8.tflite (and the oscillator's int8_custom.tflite), generated fused and op by op, plus one small graph per
-op kind and the oscillator core's builtin chain (test_integer_kernels). Every output is compared with TFLite Micro on
->= 100 inputs: real features, random bytes, saturating and all-zero inputs. No tolerance: bit-exact.
+op kind and the oscillator core's builtin chain (test_integer_kernels). Every output is compared with TFLite
+Micro on >= 100 inputs: real features, random bytes, saturating and all-zero inputs. No tolerance: bit-exact.
 """
 import re
 import shutil

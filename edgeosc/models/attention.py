@@ -63,7 +63,7 @@ def shifted_power(zr: Tensor, p: int) -> Tensor:
 
 
 def reciprocal(x: Tensor) -> Tensor:
-    """1 / x, at most 1 / eps (float32: 8.4e6) as x -> 0, where all readout weights are 0 and so the output.
+    """1 / x, capped at 1 / eps (float32: 8.4e6) as x -> 0, where every readout weight is 0 and so is the output.
 
     Not 1 / tiny: QAT divides it by the quantizer's scale, which would overflow to inf and give NaN gradients.
     """
@@ -103,8 +103,8 @@ def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int =
                          return_weights: bool = False, quant=None, g: Tensor | None = None):
     """Fixed-query oscillator attention, direct form: a = (1 + z r^T)^p / sum_j (.), out = a v.
 
-    g [B,H,T,1] > 0, optional: a weight per key (the key gate), a_ij = g_j (1 + z_i.r_j)^p / sum_l (.); the int8
-    graph normalises each row of g_j (1 + z_i.r_j)^p to a unit vector before the sum (point "cn").
+    g [B,H,T,1] > 0, optional: a weight per key (the key gate), a_ij = g_j (1 + z_i.r_j)^p / sum_l (.), each
+    row of g_j (1 + z_i.r_j)^p made a unit vector before the sum (the same a; see below).
     """
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
@@ -114,8 +114,8 @@ def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int =
     if g is not None:  # the key gate: key j's shifted cosines times g_j (int8 graph: a table, then MUL)
         c = quant("pow", c) * g.transpose(-1, -2)
     c = quant("c", _masked_fill(c, mask, 0.0))
-    if g is not None:  # unit rows leave a unchanged (a common factor per row) and bound csum to [1, sqrt(T)]:
-        c = quant("cn", unit(c, eps))  # gated, it spans 4 decades, more than one int8 scale of 1/csum holds
+    if g is not None:  # unit rows: a common factor per row, so a is unchanged, and csum lies in [1, sqrt(T)]
+        c = quant("cn", unit(c, eps))  # (gated rows span 4 decades of csum: no one int8 scale of 1/csum holds them)
     csum = quant("csum", c.sum(-1, keepdim=True))  # [B,H,T,1]
     # a reciprocal and a product, not a division: int8 runtimes lack DIV; 1/csum is a table of csum
     a = quant("a", c * quant("inv", reciprocal(csum)))
