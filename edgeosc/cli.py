@@ -122,7 +122,7 @@ def data_info(cache_dir, **kw):
 @click.option("--positive", type=click.Choice(POSITIVE_MAPS), default=ModelConfig.positive, show_default=True,
               help="Positive map of the coupling weights.")
 @click.option("--key-gate", is_flag=True, help="Oscillator: a learned weight per key in the readout "
-              "(docs/ablations.md sections 43-44; every export but the custom ops).")
+              "(docs/ablations.md sections 43-44).")
 @click.option("--n-mfcc", type=int, default=FeatureConfig.n_mfcc, show_default=True,
               help="0: 40 log-mel bands; >0: that many MFCCs.")
 @click.option("--normalize", type=click.Choice(NORMALIZE_MODES), default=FeatureConfig.normalize,
@@ -357,12 +357,12 @@ def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
 def export_cmd(source, target, out, opset, name, no_fuse):
     """Export SOURCE (a run folder's best.pt, or a checkpoint; for c also an int8 .tflite) as model files.
 
-    ONNX: float.onnx, int8_qcdq.onnx (QAT/PTQ checkpoints) and, for oscillator networks without the key
-    gate, *_op.onnx with the core as one ai.edgeosc::OscillatorAttention node (export/oscillator_attention.md).
+    ONNX: float.onnx, int8_qcdq.onnx (QAT/PTQ checkpoints) and, for oscillator networks, *_op.onnx with
+    the core as one ai.edgeosc::OscillatorAttention node (export/oscillator_attention.md).
 
     TFLite: float.tflite, int8.tflite (QAT/PTQ checkpoints; full-integer, builtin ops, the QAT scales) and,
-    for oscillator networks without the key gate, int8_custom.tflite with the core as one EdgeOscAttention
-    custom op (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter.
+    for oscillator networks, int8_custom.tflite with the core as one EdgeOscAttention custom op
+    (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter.
 
     C: firmware_models/<name>/ (int8 TFLite graph -> C99 kernels calls, weights, generated settings,
     static arena; bit-exact with TFLite Micro), from int8.tflite, int8_custom.tflite or a QAT checkpoint.

@@ -9,7 +9,6 @@ from edgeosc.cli import main
 from edgeosc.config import ExportConfig
 from edgeosc.export import export
 from edgeosc.export.onnxrt import OnnxModelError, OnnxRunner, load_onnx
-from edgeosc.export import oscillator_op
 from edgeosc.export.oscillator_op import DOMAIN, OP
 from edgeosc.models.attention import QUANT_POINTS
 
@@ -35,7 +34,7 @@ def test_files_are_valid_named_and_batch_dynamic(runs, kind):
     runs, held = runs
     files = sorted(p.name for p in runs[kind]["dir"].glob("*.onnx"))
     expected = {"oscillator": ["float.onnx", "float_op.onnx", "int8_qcdq.onnx", "int8_qcdq_op.onnx"],
-                "gated": ["float.onnx", "int8_qcdq.onnx"],  # the custom op has no key-gate input
+                "gated": ["float.onnx", "float_op.onnx", "int8_qcdq.onnx", "int8_qcdq_op.onnx"],
                 "softmax": ["float.onnx", "int8_qcdq.onnx"]}[kind]
     assert files == expected
     for name in files:
@@ -76,20 +75,23 @@ def test_int8_onnx_matches_qat_model(runs, kind, tmp_path):
     assert {"QLinearConv", "QLinearMatMul", "QGemm", "MatMulIntegerToFloat"} <= ops, ops
 
 
-def test_custom_op_model_runs_in_stock_onnxruntime_and_matches(runs):
+@pytest.mark.parametrize("kind", ["oscillator", "gated"])
+def test_custom_op_model_runs_in_stock_onnxruntime_and_matches(runs, kind):
     runs, held = runs
-    folder = runs["oscillator"]["dir"]
+    folder = runs[kind]["dir"]
     for plain, custom in (("float.onnx", "float_op.onnx"), ("int8_qcdq.onnx", "int8_qcdq_op.onnx")):
         model = onnx.load(folder / custom)
         nodes = [n for n in model.graph.node if (n.domain, n.op_type) == (DOMAIN, OP)]
         assert len(nodes) == 2  # one per block
         assert [(f.domain, f.name) for f in model.functions] == [(DOMAIN, OP)]
+        assert len(nodes[0].input) == len(model.functions[0].input) == (5 if kind == "gated" else 4)  # + g
         assert {o.domain: o.version for o in model.opset_import}[DOMAIN] == 1
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
-        cfg = runs["oscillator"]["qat"].cfg
+        cfg = runs[kind]["qat"].cfg
         assert (attrs["p"], attrs["d_osc"], attrs["positive"].decode()) == (cfg.p, cfg.d_osc, cfg.positive)
         assert attrs["eps"] == pytest.approx(cfg.eps)
-        quantized = set(QUANT_POINTS["oscillator"]) if custom.startswith("int8") else set()
+        gate = {"pow", "cn"} if kind == "gated" else set()
+        quantized = set(QUANT_POINTS["oscillator"]) | gate if custom.startswith("int8") else set()
         assert {n[:-len("_scale")] for n in attrs if n.endswith("_scale")} == quantized
         for optimize in (False, True):
             a, b = (OnnxRunner(folder / f, optimize)(held.numpy()) for f in (plain, custom))
@@ -131,13 +133,3 @@ def test_latency_benchmark_runs_both_kinds(runs):
     rows = compare(runs["oscillator"]["dir"], runs["softmax"]["dir"], runs=3, echo=lines.append)
     assert [r["file"] for r in rows] == ["float.onnx", "float_op.onnx", "int8_qcdq.onnx", "int8_qcdq_op.onnx"]
     assert all(r["ratio"] > 0 and r["oscillator"]["median_ms"] > 0 for r in rows) and "ratio" in lines[1]
-
-
-def test_custom_ops_refuse_a_key_gated_model(runs):
-    from edgeosc.export.tflite import Graph
-    runs, _ = runs
-    qat = runs["gated"]["qat"]
-    with pytest.raises(ValueError, match="no key-gate input"):
-        oscillator_op.use_custom_op(qat.net)
-    with pytest.raises(ValueError, match="no key-gate input"):
-        Graph(qat.net, qat, custom_core=True).build()

@@ -1,7 +1,7 @@
 """Firmware models: generated C (host gcc build) == TFLite Micro bit-exactly; kernel accuracy; Cortex-M builds.
 
 Models: the conftest's briefly trained QAT oscillator, key-gated oscillator and softmax nets exported to
-int8.tflite (and the oscillator's int8_custom.tflite), generated fused and op by op, plus one small graph per
+int8.tflite (and the oscillators' int8_custom.tflite), generated fused and op by op, plus one small graph per
 op kind and the oscillator core's builtin chain (test_integer_kernels). Every output is compared with TFLite
 Micro on >= 100 inputs: real features, random bytes, saturating and all-zero inputs. No tolerance: bit-exact.
 """
@@ -156,8 +156,9 @@ def built(trained, tmp_path_factory):
             qat = nets[kind]["qat"].eval()
             files[short] = (Graph(qat.net, qat).build(), FeatureConfig())
             files[f"{short}_ops"] = (files[short][0], FeatureConfig())
-        osc = nets["oscillator"]["qat"]
-        files["osc_custom"] = (Graph(osc.net, osc, custom_core=True).build(), FeatureConfig())
+        for kind, short in (("oscillator", "osc"), ("gated", "gat")):
+            qat = nets[kind]["qat"]
+            files[f"{short}_custom"] = (Graph(qat.net, qat, custom_core=True).build(), FeatureConfig())
     models = {}
     for name, (data, features) in files.items():
         path = root / "tflite" / f"{name}.tflite"
@@ -174,7 +175,7 @@ def built(trained, tmp_path_factory):
 
 def builtin_tflite(built, name: str) -> Path:
     """The builtin-op .tflite a model's firmware must match (TFLite Micro runs no custom op)."""
-    return built["osc"]["tflite"] if name == "osc_custom" else built[name]["tflite"]
+    return built[name.removesuffix("_custom")]["tflite"]
 
 
 def model_inputs(built, name: str) -> np.ndarray:
@@ -185,7 +186,7 @@ def model_inputs(built, name: str) -> np.ndarray:
 
 # ---- bit-exactness ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["osc", "osc_ops", "osc_custom", "gat", "gat_ops", "sof", "sof_ops"])
+@pytest.mark.parametrize("name", ["osc", "osc_ops", "osc_custom", "gat", "gat_ops", "gat_custom", "sof", "sof_ops"])
 def test_model_matches_tflite_micro(built, name):
     x = model_inputs(built, name)
     assert len(x) >= 100

@@ -395,7 +395,7 @@ class Lowering:
         s = {p: float(np.float32(o[f"{p}_scale"])) for p in POINTS}
         zps = {p: int(o.get(f"{p}_zero_point", 0)) for p in POINTS}
         zps["out"] = out.z
-        if len(op.inputs) >= 7:
+        if len(op.inputs) - ("gated_scale" in o) == 7:
             tables = op.inputs[4:7]
         else:  # tables in the options: add them as constant tensors
             tables = []
@@ -409,7 +409,13 @@ class Lowering:
         rqs = dict(rq_qk=product_rq(q.s, k.s, s["qk"]), rq_h=product_rq(unit, r.s, s["h"]),
                    rq_zr=product_rq(unit, r.s, s["zr"]), rq_sum=product_rq(s["c"], ones_scale, s["sum"]),
                    rq_a=double_rq(s["c"], s["inv"], s["a"]), rq_out=product_rq(s["a"], v.s, out.s))
-        return self.core_call([op], q, k, v, r, zps, tables, rqs, ones, out.name)
+        gated = None
+        if "gated_scale" in o:  # the key gate: the unit gates are the last input
+            g_t, pw, prod = self.t(op.inputs[-1]), *(float(np.float32(o[f"{n}_scale"])) for n in ("pow", "gated"))
+            gated = Struct("EdgeoscGateParams", dict(zp_pow=int(o.get("pow_zero_point", 0)),
+                                                     zp_gated=int(o.get("gated_zero_point", 0)),
+                                                     rq_gate=double_rq(pw, g_t.s, prod))), g_t
+        return self.core_call([op], q, k, v, r, zps, tables, rqs, ones, out.name, gated)
 
     def softmax_core(self, op: Op):
         """qk = BMM(q, k^T), a = SOFTMAX(qk), out = BMM(a, v)."""

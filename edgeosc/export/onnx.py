@@ -6,7 +6,7 @@ Files (input "features" [batch, frames, coeffs] -> output "logits" [batch, class
   int8_qcdq.onnx      QAT model, Brevitas QCDQ: QuantizeLinear/DequantizeLinear around every quantized
                       tensor, int8 weights, int32 biases; onnxruntime folds them into int8 kernels
   int8_qcdq_op.onnx   the same with the custom op (its function body holds the core's Q/DQ pairs)
-The *_op files exist for oscillator networks without the key gate only; the int8 files for QAT/PTQ checkpoints only.
+The *_op files exist for oscillator networks only; the int8 files for QAT/PTQ checkpoints only.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _kwargs(cfg: ExportConfig, custom: bool) -> dict:
 def _oscillator_layer(model: torch.nn.Module) -> OscillatorAttention | None:
     """The oscillator layer whose settings the function body is traced from (all layers must agree)."""
     layers = [m for m in model.modules() if isinstance(m, OscillatorAttention)]
-    settings = {(m.p, m.eps, m.positive, m.d_osc, m.d_h, m.factorized) for m in layers}
+    settings = {(m.p, m.eps, m.positive, m.d_osc, m.d_h, m.factorized, m.gate is not None) for m in layers}
     if len(settings) > 1:
         raise ValueError(f"oscillator layers differ in settings {sorted(settings)}; one function cannot serve them")
     return layers[0] if layers else None
@@ -84,8 +84,6 @@ def export(model: torch.nn.Module, cfg: ExportConfig, out_dir: str | Path) -> Pa
     mcfg = model.cfg
     x = torch.randn(1, mcfg.n_frames, mcfg.n_coeffs, generator=torch.Generator().manual_seed(0))
     layer = _oscillator_layer(net)
-    if layer is not None and layer.gate is not None:  # the custom op has no key-gate input: no *_op files
-        layer = None
     with torch.no_grad():
         _save(_float_onnx(net, x, cfg, custom=False), out_dir / "float.onnx")
         if layer is not None:

@@ -2,6 +2,7 @@
 
 The node carries a model-local ONNX function whose body is the core traced from attention.py (the maths
 once), so stock onnxruntime inlines and runs it, while a runtime with a native kernel replaces it by name.
+With the key gate the node and its function take a fifth input, g (the unit gates over the keys).
 In a quantized model the body holds the core's QuantizeLinear/DequantizeLinear pairs; their scales are
 the node's attributes <point>_scale, so one function serves every layer.
 """
@@ -19,7 +20,12 @@ from torch import nn
 from ..models.attention import QUANT_POINTS, OscillatorAttention
 
 DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 1
-INPUTS, OUTPUT = ("q", "k", "v", "r"), "out"
+INPUTS, GATE, OUTPUT = ("q", "k", "v", "r"), "g", "out"
+GATE_CORE_POINTS = ("pow", "cn")  # the key gate's points inside the core (g_raw, g, gn come before it)
+
+
+def inputs(layer: OscillatorAttention) -> tuple[str, ...]:
+    return INPUTS + ((GATE,) if layer.gate is not None else ())
 
 
 def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | None:
@@ -27,7 +33,8 @@ def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | 
     if layer.quant is None:
         return None
     params = {}
-    for name in QUANT_POINTS["oscillator"]:  # the core's points (not the layer's projections around it)
+    gate = GATE_CORE_POINTS if layer.gate is not None else ()
+    for name in QUANT_POINTS["oscillator"] + gate:  # the core's points (not the layer's projections around it)
         aq = layer.quant.points[name].act_quant
         if int(aq.bit_width()) != 8 or float(aq.zero_point()) != 0.0:
             raise ValueError(f"the custom op takes 8-bit symmetric points; {name} has {aq.bit_width()} bits")
@@ -46,14 +53,14 @@ class _Op(torch.autograd.Function):
     """Runs the layer's core in torch; exports as one custom node."""
 
     @staticmethod
-    def forward(ctx, q, k, v, r, layer):
-        return type(layer).core(layer, q, k, v, r)
+    def forward(ctx, q, k, v, r, gates, layer):
+        return type(layer).core(layer, q, k, v, r, g=gates)
 
     @staticmethod
-    def symbolic(g, q, k, v, r, layer):
+    def symbolic(g, q, k, v, r, gates, layer):
         kinds = {int: "i", float: "f", str: "s"}
         attrs = {f"{k}_{kinds[type(val)]}": val for k, val in attributes(layer).items()}
-        out = g.op(f"{DOMAIN}::{OP}", q, k, v, r, **attrs)
+        out = g.op(f"{DOMAIN}::{OP}", q, k, v, r, *([gates] if layer.gate is not None else []), **attrs)
         _, h, _, d_v = v.type().sizes()
         out.setType(v.type().with_sizes([None, h, None, d_v]))  # [B,H,T,d_v]; B and T stay dynamic
         return out
@@ -64,9 +71,7 @@ def use_custom_op(model: nn.Module) -> nn.Module:
     model = copy.deepcopy(model)
     for m in model.modules():
         if isinstance(m, OscillatorAttention):
-            if m.gate is not None:
-                raise ValueError("the OscillatorAttention op has no key-gate input (model.key_gate)")
-            m.core = lambda q, k, v, r, mask=None, g=None, m=m: _Op.apply(q, k, v, r, m)
+            m.core = lambda q, k, v, r, mask=None, g=None, m=m: _Op.apply(q, k, v, r, g, m)
     return model
 
 
@@ -94,8 +99,8 @@ class _Core(nn.Module):
         super().__init__()
         self.layer = layer
 
-    def forward(self, q, k, v, r):
-        return type(self.layer).core(self.layer, q, k, v, r)
+    def forward(self, q, k, v, r, g=None):
+        return type(self.layer).core(self.layer, q, k, v, r, g=g)
 
 
 def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
@@ -105,14 +110,17 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
     layer.quant = _MarkPoints()
     b, h, t, d_h = 1, layer.heads, 5, layer.d_h
     args = tuple(torch.randn(b, h, t, d) for d in (d_h, d_h, d_h, layer.d_osc))
+    if layer.gate is not None:
+        args += (torch.rand(b, h, t, 1) + 0.1,)
+    input_names = inputs(layer)
     buf = io.BytesIO()
     dims = {0: "B", 1: "H", 2: "T"}
     with warnings.catch_warnings():  # d_h becomes a constant of the body: it is one
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter: QCDQ needs it (TOOLCHAIN.md)
         torch.onnx.export(_Core(layer).eval(), args, buf, dynamo=False, opset_version=opset_of(opset_imports),
-                          input_names=list(INPUTS), output_names=[OUTPUT],
-                          dynamic_axes={n: dims for n in (*INPUTS, OUTPUT)}, custom_opsets={DOMAIN: VERSION})
+                          input_names=list(input_names), output_names=[OUTPUT],
+                          dynamic_axes={n: dims for n in (*input_names, OUTPUT)}, custom_opsets={DOMAIN: VERSION})
     body = onnx.load_from_string(buf.getvalue()).graph
     nodes = [helper.make_node("Constant", [], [init.name], value=init) for init in body.initializer]
     for node in body.node:
@@ -132,7 +140,7 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
                   helper.make_node("QuantizeLinear", [x, f"{y}_scale", f"{y}_zp"], [f"{y}_int"]),
                   helper.make_node("DequantizeLinear", [f"{y}_int", f"{y}_scale", f"{y}_zp"], [y])]
     names = ["p", "eps", "d_osc", "positive"] + [f"{n}_scale" for n in (params or {})]
-    return helper.make_function(DOMAIN, OP, list(INPUTS), [OUTPUT], nodes, list(opset_imports), names,
+    return helper.make_function(DOMAIN, OP, list(input_names), [OUTPUT], nodes, list(opset_imports), names,
                                 doc_string="Fixed-query oscillator attention core (export/oscillator_attention.md)")
 
 

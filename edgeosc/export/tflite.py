@@ -14,7 +14,7 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                          sums over keys    FULLY_CONNECTED with unit weights (one exact int32 sum)
                          softmax baseline  SOFTMAX
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
-                       (export/edgeosc_attention_tflite.md); oscillator networks without the key gate only.
+                       (export/edgeosc_attention_tflite.md); oscillator networks only.
 Every int8 tensor is one of the QAT model's quantization points (quant.py), so the files compute what
 QAT simulated, up to rounding: TFLite requantizes with a fixed-point multiplier (round half away from
 zero), Brevitas in float (round half to even).
@@ -129,10 +129,8 @@ class Graph:
             raw = self.heads(self.linear(x, attn.anchor, q("r_raw"), label=f"{label}/r_raw"), attn.heads,
                              f"{label}/r_raw")
             r = b.l2_normalization(raw, name=f"{label}/r")
-            if self.custom_core:
-                out = self.custom_oscillator_core(qh, kh, vh, r, attn, label)
-            else:
-                out = self.oscillator_core(qh, kh, vh, r, attn, label, self.key_gate(x, attn, label))
+            core = self.custom_oscillator_core if self.custom_core else self.oscillator_core
+            out = core(qh, kh, vh, r, attn, label, self.key_gate(x, attn, label))
         t = b.shape(out)[1]
         merged = b.reshape(b.transpose(out, [1, 0, 2], name=f"{label}/merge"), [1, t, d], name=f"{label}/merged")
         return self.linear(merged, attn.out, q("proj"), label=f"{label}/proj")
@@ -180,25 +178,27 @@ class Graph:
             a = b.div(c, csum, name=f"{label}/a")
         return b.batch_matmul(a, vh, q=q("out"), name=f"{label}/out")
 
-    def custom_oscillator_core(self, qh, kh, vh, r, attn: OscillatorAttention, label: str) -> int:
+    def custom_oscillator_core(self, qh, kh, vh, r, attn: OscillatorAttention, label: str,
+                               g: int | None = None) -> int:
         from . import tflite_op
-        if attn.gate is not None:
-            raise ValueError("the EdgeOscAttention custom op has no key-gate input (model.key_gate)")
         b, hook = self.b, attn.quant
         out_scale, out_zp = self.q(hook, "out")
         shape = b.shape(qh)[:2] + [b.shape(vh)[-1]]
         out = b.tensor(f"{label}/out", shape, np.int8, scale=out_scale, zero_point=out_zp)
-        tables = {name: self.lut(*self.q(hook, source), fn, hook, name) for name, source, fn in (
-            ("w", "qk", lambda v: coupling(v, attn.d_h, attn.positive)),
-            ("c", "zr", lambda v: shifted_power(v, attn.p)), ("inv", "csum", reciprocal))}
+        tables = dict(w=self.lut(*self.q(hook, "qk"), lambda v: coupling(v, attn.d_h, attn.positive), hook, "w"),
+                      c=self.lut(*self.q(hook, "zr"), lambda v: shifted_power(v, attn.p), hook,
+                                 "c" if g is None else "pow"),
+                      inv=self.lut(*self.q(hook, "csum"), reciprocal, hook, "inv"))
         points = {"qk": "qk", "w": "w", "h": "h", "zr": "zr", "c": "c", "sum": "csum", "inv": "inv", "a": "a"}
+        if g is not None:  # the op's c is the unit rows cn; the key gate's MUL reads pow and writes "gated"
+            points.update(c="cn", pow="pow", gated="c")
         options = tflite_op.custom_options(
             p=attn.p, eps=attn.eps, d_osc=attn.d_osc, positive=attn.positive, heads=attn.heads,
             sum_op="fully_connected", ones=127, ones_scale=1 / 127,  # as unit_sum writes the sum over keys
             rounding="tflite-runtime",  # the kernel reproduces tflite-runtime's builtin rounding bit for bit
             **{f"{key}_{k}": v for key, n in points.items() for k, v in zip(("scale", "zero_point"), self.q(hook, n))},
             **{f"table_{n}": t for n, t in tables.items()})
-        b.custom(CUSTOM_OP, [qh, kh, vh, r], [out], options)
+        b.custom(CUSTOM_OP, [qh, kh, vh, r] + ([g] if g is not None else []), [out], options)
         return out
 
     def float_positive(self, x: int, positive: str, label: str) -> int:
@@ -323,7 +323,6 @@ def export(model: nn.Module, cfg: ExportConfig, out_dir: str | Path) -> Path:
             return out_dir
         qat.eval()
         _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
-        layers = [m for m in qat.modules() if isinstance(m, OscillatorAttention)]
-        if layers and all(m.gate is None for m in layers):  # the custom op has no key-gate input
+        if any(isinstance(m, OscillatorAttention) for m in qat.modules()):
             _save(Graph(qat.net, qat, custom_core=True).build(), out_dir / "int8_custom.tflite")
     return out_dir

@@ -79,6 +79,8 @@ def custom_options(**attrs) -> bytes:
     rounding (the integer_ref target whose builtin kernels to reproduce: "tflite-runtime" (default),
     "reference", "tflite-micro" or "ai-edge-litert-nodelegate"; the float-requantizing targets are refused),
     and the descriptive p, eps, positive, heads, d_osc (heads and d_osc are checked against the tensors).
+    The key gate: gated_scale / gated_zero_point (its MUL's output) and pow_scale / pow_zero_point (table_c's
+    output, which the MUL reads); the op then takes the unit gates g [.., H, 1, T] as its last input.
     """
     from flatbuffers import flexbuffers
 

@@ -1,8 +1,9 @@
 /* EdgeOscAttention: the oscillator attention core as one TFLite custom op (tflite-runtime 2.14).
  *
  * Inputs q [.., H, T, dh], k [.., H, T, dh], v [.., H, T, dv], r [.., H, T, d_osc] (int8, per-tensor),
- * optionally followed by the three int8 [256] tables (w, c, inv) as constant inputs; output out
- * [.., H, T, dv]. Custom options: a flexbuffer map (edgeosc/export/tflite_op.py, custom_options;
+ * optionally followed by the three int8 [256] tables (w, c, inv) as constant inputs, and with the key gate
+ * (options pow_* and gated_*) by the unit gates g [.., H, 1, T]; output out [.., H, T, dv].
+ * Custom options: a flexbuffer map (edgeosc/export/tflite_op.py, custom_options;
  * export/edgeosc_attention_tflite.md). The option point "sum" is the model's "csum".
  * Prepare computes every requantization multiplier from the float32 scales exactly as the builtin ops'
  * Prepare would, so invoke (edgeosc_oscillator_core_int8) is bit-exact with the builtin chain.
@@ -255,7 +256,10 @@ typedef struct {
   float ones_scale;
   int sum_fc;       /* step 7's multiplier as FULLY_CONNECTED computes it (else BATCH_MATMUL) */
   int mul_double;   /* MUL's multiplier in double (TFLite Micro) rather than float32 (TFLite) */
+  int gated;        /* the key gate: options pow_* and gated_*, the unit gates g as the last input */
+  float pow_scale, gated_scale;
   EdgeoscOscParams params;
+  EdgeoscGateParams gate;
   int8_t *scratch;
   const char *error;
 } OpData;
@@ -363,6 +367,20 @@ static int parse_options(OpData *d, const uint8_t *buf, size_t len) {
     if (n == 15 && !memcmp(s, "fully_connected", 15)) d->sum_fc = 1;
     else if (!(n == 12 && !memcmp(s, "batch_matmul", 12))) return 0;
   }
+  x = -1;
+  if (!opt_number(&f, &root, "gated_scale", 1e-30, 1e30, &x)) return 0;
+  if ((d->gated = x > 0)) {
+    d->gated_scale = (float)x;
+    x = -1;
+    if (!opt_number(&f, &root, "pow_scale", 1e-30, 1e30, &x) || x < 0) return 0; /* required with gated_scale */
+    d->pow_scale = (float)x;
+    x = 0;
+    if (!opt_number(&f, &root, "pow_zero_point", -128, 127, &x)) return 0;
+    d->gate.zp_pow = (int32_t)x;
+    x = 0;
+    if (!opt_number(&f, &root, "gated_zero_point", -128, 127, &x)) return 0;
+    d->gate.zp_gated = (int32_t)x;
+  }
   if (!rounding_modes("tflite-runtime", 14, d)) return 0;
   if (fx_lookup(&f, &root, "rounding", &v) && (!fx_bytes(&f, &v, &s, &n) || !rounding_modes((const char *)s, n, d)))
     return 0;
@@ -408,15 +426,17 @@ static int dims3(const TfLiteTensor *t, int32_t *heads, int32_t *tokens) {
 
 static TfLiteStatus op_prepare(TfLiteContext *context, TfLiteNode *node) {
   OpData *d = (OpData *)node->user_data;
-  TfLiteTensor *in[7], *out;
-  int32_t H[5], T[5], dim[5];
-  int i;
+  TfLiteTensor *in[8], *out;
+  int32_t H[6], T[6], dim[6];
+  int i, n_tables;
   EdgeoscOscParams *p;
   if (!d) FAIL("EdgeOscAttention: out of memory");
   if (d->error) FAIL(d->error);
-  if ((node->inputs->size != 4 && node->inputs->size != 7) || node->outputs->size != 1)
-    FAIL("EdgeOscAttention: needs inputs q, k, v, r (+ tables w, c, inv) and one output");
-  if (node->inputs->size == 4 && !d->has_tables)
+  n_tables = node->inputs->size - 4 - d->gated;
+  if ((n_tables != 0 && n_tables != 3) || node->outputs->size != 1)
+    FAIL("EdgeOscAttention: needs inputs q, k, v, r (+ tables w, c, inv) (+ gates g with the key gate options) "
+         "and one output");
+  if (!n_tables && !d->has_tables)
     FAIL("EdgeOscAttention: no tables (give table_w/table_c/table_inv as inputs or options)");
   for (i = 0; i < node->inputs->size; ++i)
     if (!(in[i] = tensor(context, node->inputs, i))) FAIL("EdgeOscAttention: missing input");
@@ -429,9 +449,17 @@ static TfLiteStatus op_prepare(TfLiteContext *context, TfLiteNode *node) {
   if (dim[1] != dim[0] || dim[4] != dim[2]) FAIL("EdgeOscAttention: k must match q, out must match v");
   if ((d->d_osc && d->d_osc != dim[3]) || (d->heads && H[0] % d->heads))
     FAIL("EdgeOscAttention: d_osc or heads option disagrees with the tensors");
-  for (i = 4; i < node->inputs->size; ++i) {
+  for (i = 4; i < 4 + n_tables; ++i) {
     if (in[i]->type != kTfLiteInt8 || in[i]->bytes != 256 || !in[i]->data.raw)
       FAIL("EdgeOscAttention: tables must be constant int8 [256]");
+  }
+  if (d->gated) { /* g [.., H, 1, T]: one unit vector over the keys per head, zero point 0 */
+    const TfLiteTensor *g = in[4 + n_tables];
+    if (dims3(g, &H[5], &T[5]) != T[0] || H[5] != H[0] || T[5] != 1 || g->params.zero_point != 0)
+      FAIL("EdgeOscAttention: the gates g must be int8 [.., H, 1, T] with zero point 0");
+    quantize_multiplier(d->mul_double ? double_real(d->pow_scale, g->params.scale, d->gated_scale)
+                                      : float_real(d->pow_scale, g->params.scale, d->gated_scale),
+                        &d->gate.rq_gate);
   }
   p = &d->params;
   p->heads = H[0];
@@ -478,10 +506,14 @@ static TfLiteStatus op_invoke(TfLiteContext *context, TfLiteNode *node) {
   EdgeoscOscParams *p = &d->params;
   int i;
   const int8_t **tab[3] = {&p->table_w, &p->table_c, &p->table_inv};
-  for (i = 0; i < 3; ++i)
-    *tab[i] = node->inputs->size == 7 ? tensor(context, node->inputs, 4 + i)->data.int8 : d->tables[i];
-  if (edgeosc_oscillator_core_int8(p, q->data.int8, k->data.int8, v->data.int8, r->data.int8,
-                                   out->data.int8, d->scratch))
+  const int tables_in = node->inputs->size - d->gated == 7;
+  for (i = 0; i < 3; ++i) *tab[i] = tables_in ? tensor(context, node->inputs, 4 + i)->data.int8 : d->tables[i];
+  if (d->gated ? edgeosc_oscillator_gated_core_int8(p, &d->gate, q->data.int8, k->data.int8, v->data.int8,
+                                                    r->data.int8,
+                                                    tensor(context, node->inputs, node->inputs->size - 1)->data.int8,
+                                                    out->data.int8, d->scratch)
+               : edgeosc_oscillator_core_int8(p, q->data.int8, k->data.int8, v->data.int8, r->data.int8,
+                                              out->data.int8, d->scratch))
     FAIL("EdgeOscAttention: invalid parameters");
   return kTfLiteOk;
 }
