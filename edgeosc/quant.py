@@ -178,6 +178,11 @@ def _unit_output(norm: nn.LayerNorm) -> None:
     norm.bias.zero_()
 
 
+def _norm1_readers(attn: nn.Module) -> list[str]:
+    """The Linear layers reading an attention layer's input: qkv, and the anchor and gate projections if present."""
+    return [name for name in ("qkv", "anchor", "gate") if getattr(attn, name, None) is not None]
+
+
 @torch.no_grad()
 def fold_norms(net: KWSTransformer) -> KWSTransformer:
     """Make every LayerNorm give unit vectors, its affine and sqrt(d) moved into the Linear layers reading it.
@@ -190,9 +195,8 @@ def fold_norms(net: KWSTransformer) -> KWSTransformer:
             layer.weight.mul_(norm.weight * math.sqrt(norm.normalized_shape[-1]))
         _unit_output(norm)
 
-    for block in net.blocks:  # norm1's readers: qkv, and the anchor and gate projections where present
-        readers = (getattr(block.attn, name, None) for name in ("qkv", "anchor", "gate"))
-        fold(block.norm1, *(m for m in readers if m is not None))
+    for block in net.blocks:
+        fold(block.norm1, *(getattr(block.attn, name) for name in _norm1_readers(block.attn)))
         fold(block.norm2, block.ff[0])
     fold(net.norm, net.head)  # the mean over time commutes with the affine
     return net
@@ -213,9 +217,8 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
         names = (QUANT_POINTS[kind] + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or anchor is not None)
                  + (GATE_POINTS if gate is not None else ()))
         attn.quant = QuantPoints(names, preset, FIXED[kind])
-        for name in ("qkv", "anchor", "gate"):  # norm1's readers
-            if getattr(attn, name, None) is not None:
-                setattr(attn, name, _quant_layer(getattr(attn, name), preset, block.norm1.quant.proxy("norm")))
+        for name in _norm1_readers(attn):
+            setattr(attn, name, _quant_layer(getattr(attn, name), preset, block.norm1.quant.proxy("norm")))
         attn.out = _quant_layer(attn.out, preset, attn.quant.proxy("out"))
         block.quant = QuantPoints(BLOCK_POINTS, preset)
         block.ff[0] = _quant_layer(block.ff[0], preset, block.norm2.quant.proxy("norm"))

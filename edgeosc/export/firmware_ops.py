@@ -193,6 +193,12 @@ def broadcast(a: tuple, b: tuple, out: tuple) -> dict:
     return dict(dims=[1] * (4 - len(out)) + list(out), stride_a=strides(a), stride_b=strides(b))
 
 
+def gate_params(g: Tensor, s_pow: float, zp_pow: int, s_gated: float, zp_gated: int) -> tuple[Struct, Tensor]:
+    """The key gate's part of a fused oscillator call: EdgeoscGateParams of MUL(pow, g) -> gated, and g."""
+    return Struct("EdgeoscGateParams", dict(zp_pow=zp_pow, zp_gated=zp_gated,
+                                            rq_gate=double_rq(s_pow, g.s, s_gated))), g
+
+
 def same_heads(q: Tensor, k: Tensor, *others: Tensor) -> bool:
     """The fused cores' layout: q and k [.., H, T, d], the others [.., H, T, *] with the same leading dims."""
     return len(q.shape) >= 3 and k.shape == q.shape and all(t.shape[:-1] == q.shape[:-1] for t in others)
@@ -362,9 +368,8 @@ class Lowering:
         zps = {n: pts[n].z for n in ("qk", "w", "h", "zr", "c", "sum", "inv", "a", "out")}
         gated = None
         if gate:
-            pw, prod, g_t = T(c_chain[2]), T(gate[0].outputs[0]), gate[2]
-            gated = Struct("EdgeoscGateParams", dict(zp_pow=pw.z, zp_gated=prod.z,
-                                                     rq_gate=double_rq(pw.s, g_t.s, prod.s))), g_t
+            pw, prod = T(c_chain[2]), T(gate[0].outputs[0])
+            gated = gate_params(gate[2], pw.s, pw.z, prod.s, prod.z)
         return self.core_call(ops, q, k, v, rt, zps, tables, rqs, int(summ[1].data.flat[0]), pts["out"].name, gated)
 
     def core_call(self, ops, q, k, v, r, zps, tables, rqs, ones, label, gate=None) -> Call:
@@ -395,7 +400,8 @@ class Lowering:
         s = {p: float(np.float32(o[f"{p}_scale"])) for p in POINTS}
         zps = {p: int(o.get(f"{p}_zero_point", 0)) for p in POINTS}
         zps["out"] = out.z
-        if len(op.inputs) - ("gated_scale" in o) == 7:
+        has_gate = "gated_scale" in o  # the key gate: the unit gates are the last input
+        if len(op.inputs) - has_gate == 7:
             tables = op.inputs[4:7]
         else:  # tables in the options: add them as constant tensors
             tables = []
@@ -410,11 +416,9 @@ class Lowering:
                    rq_zr=product_rq(unit, r.s, s["zr"]), rq_sum=product_rq(s["c"], ones_scale, s["sum"]),
                    rq_a=double_rq(s["c"], s["inv"], s["a"]), rq_out=product_rq(s["a"], v.s, out.s))
         gated = None
-        if "gated_scale" in o:  # the key gate: the unit gates are the last input
-            g_t, pw, prod = self.t(op.inputs[-1]), *(float(np.float32(o[f"{n}_scale"])) for n in ("pow", "gated"))
-            gated = Struct("EdgeoscGateParams", dict(zp_pow=int(o.get("pow_zero_point", 0)),
-                                                     zp_gated=int(o.get("gated_zero_point", 0)),
-                                                     rq_gate=double_rq(pw, g_t.s, prod))), g_t
+        if has_gate:
+            point = lambda n: (float(np.float32(o[f"{n}_scale"])), int(o.get(f"{n}_zero_point", 0)))  # noqa: E731
+            gated = gate_params(self.t(op.inputs[-1]), *point("pow"), *point("gated"))
         return self.core_call([op], q, k, v, r, zps, tables, rqs, ones, out.name, gated)
 
     def softmax_core(self, op: Op):
