@@ -397,10 +397,11 @@ class Lowering:
         o = flexbuffers.Loads(op.custom)
         q, k, v, r = (self.t(i) for i in op.inputs[:4])
         out = self.t(op.outputs[0])
-        s = {p: float(np.float32(o[f"{p}_scale"])) for p in POINTS}
-        zps = {p: int(o.get(f"{p}_zero_point", 0)) for p in POINTS}
-        zps["out"] = out.z
         has_gate = "gated_scale" in o  # the key gate: the unit gates are the last input
+        points = POINTS + (("pow", "gated") if has_gate else ())
+        s = {p: float(np.float32(o[f"{p}_scale"])) for p in points}
+        zp = {p: int(o.get(f"{p}_zero_point", 0)) for p in points}
+        zps = {**{p: zp[p] for p in POINTS}, "out": out.z}  # the core's own: EdgeoscOscParams fields
         if len(op.inputs) - has_gate == 7:
             tables = op.inputs[4:7]
         else:  # tables in the options: add them as constant tensors
@@ -415,10 +416,7 @@ class Lowering:
         rqs = dict(rq_qk=product_rq(q.s, k.s, s["qk"]), rq_h=product_rq(unit, r.s, s["h"]),
                    rq_zr=product_rq(unit, r.s, s["zr"]), rq_sum=product_rq(s["c"], ones_scale, s["sum"]),
                    rq_a=double_rq(s["c"], s["inv"], s["a"]), rq_out=product_rq(s["a"], v.s, out.s))
-        gated = None
-        if has_gate:
-            point = lambda n: (float(np.float32(o[f"{n}_scale"])), int(o.get(f"{n}_zero_point", 0)))  # noqa: E731
-            gated = gate_params(self.t(op.inputs[-1]), *point("pow"), *point("gated"))
+        gated = gate_params(self.t(op.inputs[-1]), s["pow"], zp["pow"], s["gated"], zp["gated"]) if has_gate else None
         return self.core_call([op], q, k, v, r, zps, tables, rqs, ones, out.name, gated)
 
     def softmax_core(self, op: Op):
