@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from .config import ATTENTION_KINDS, DATASETS, POSITIVE_MAPS, QAT_EPOCHS, QAT_LR, QUANT_PRESETS, AugmentConfig, \
+from .config import ATTENTION_KINDS, DATASETS, NORMALIZE_MODES, POSITIVE_MAPS, QAT_EPOCHS, QAT_LR, QUANT_PRESETS, AugmentConfig, \
     DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig
-from .frontend import NORMALIZE_MODES
+
 
 
 def friendly_errors(fn):
@@ -163,13 +163,14 @@ def train(cache_dir, attention, size, d_osc, p, positive, key_gate, n_mfcc, norm
           **data_kw):
     """Train a KWS model, keep the best checkpoint by validation accuracy, report test accuracy."""
     from .data import load_dataset
-    from .train import format_confusion, train as run_train
+    from .evaluate import format_confusion
+    from .train import train as run_train
     data_cfg = make_data_cfg(**data_kw)
     model_cfg = ModelConfig(attention=attention, size=size, d_osc=d_osc, p=p, positive=positive, key_gate=key_gate)
     feature_cfg, build = FeatureConfig(n_mfcc=n_mfcc, normalize=normalize, floor_db=floor_db), None
     if qat or from_ckpt:
-        from .quant import qat_builder
-        from .train import load_checkpoint
+        from .checkpoint import load_checkpoint
+        from .train import qat_builder
         is_default = lambda name: click.get_current_context().get_parameter_source(name).name == "DEFAULT"  # noqa: E731
         given = [n for n in ("attention", "size", "d_osc", "p", "positive", "key_gate", "n_mfcc", "normalize",
                              "floor_db") if not is_default(n)]
@@ -213,7 +214,8 @@ def eval_cmd(checkpoint, cache_dir, split, device, interpreter, as_json, **data_
     """Evaluate CHECKPOINT (a .pt, or an exported .tflite beside its manifest.json) on a split of its own
     dataset (or of --dataset/--data-dir when given)."""
     from .data import load_dataset
-    from .train import evaluate_checkpoint, evaluate_tflite, format_confusion, load_checkpoint
+    from .checkpoint import load_checkpoint
+    from .evaluate import evaluate_checkpoint, evaluate_tflite, format_confusion
     model_file = Path(checkpoint)
     if model_file.suffix == ".tflite":
         manifest = model_file.parent / "manifest.json"
@@ -295,7 +297,8 @@ def summary(run_dirs, as_json):
 
     RUN_DIRS are run folders or folders holding them (searched for results.json).
     """
-    from .train import load_checkpoint, read_results
+    from .checkpoint import load_checkpoint
+    from .train import read_results
     groups = defaultdict(list)
     for root in run_dirs:
         for res_file in sorted(Path(root).rglob("results.json")):
@@ -377,15 +380,23 @@ def export_cmd(source, target, out, opset, name, no_fuse):
 
 
 def export_c(source: Path, out, name, fuse: bool) -> None:
-    from .export import firmware
+    from .cbuild import FIRMWARE
+    from .config import from_dict
+    from .export import MANIFEST, export_checkpoint
+    from .export import c as firmware
     if source.suffix == ".tflite":
         name = firmware.c_name(name or (Path(out).name if out else source.stem))
-        folder = Path(out or firmware.FIRMWARE / name)
-        firmware.generate(source, folder, name, fuse=fuse)
+        folder = Path(out or FIRMWARE / name)
+        manifest = source.parent / MANIFEST  # written beside the .tflite by an export of its checkpoint
+        features = (from_dict(FeatureConfig, json.loads(manifest.read_text())["feature_config"])
+                    if manifest.is_file() else None)
+        if features is None:
+            click.echo(f"no {MANIFEST} beside {source}: its features are unknown, so no front end is written "
+                       "(export the checkpoint instead to get one)", err=True)
+        firmware.generate(source, folder, name, fuse=fuse, features=features)
     else:
-        from .export import export_checkpoint
         run = source if source.is_dir() else source.parent
-        folder = Path(out or firmware.FIRMWARE / firmware.c_name(name or run.name))
+        folder = Path(out or FIRMWARE / firmware.c_name(name or run.name))
         export_checkpoint(source, folder, "c")
     info = json.loads((folder / firmware.INFO).read_text())
     click.echo(f"{folder}: {info['name']}, {info['calls']} kernel calls for {info['ops']} TFLite ops")
@@ -496,7 +507,7 @@ def listen(model, wav, mic, hop_ms, threshold, smooth):
 @click.option("--threads", type=int, default=1, show_default=True)
 def microbench(repeats, threads):
     """Time direct vs factorized oscillator attention vs softmax attention (one run, as ratios)."""
-    from .bench_core import attention_microbench
+    from .bench.microbench import attention_microbench
     attention_microbench(repeats=repeats, threads=threads, echo=click.echo)
 
 

@@ -11,6 +11,7 @@ DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight"
 
 ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto")
 POSITIVE_MAPS = ("softplus", "elu1", "relu2")
+NORMALIZE_MODES = ("none", "utterance", "active")  # features.py: which per-band mean each clip loses
 
 
 DATASETS = ("synth", "speech-commands", "fsdd")
@@ -57,6 +58,26 @@ class FeatureConfig:
     f_max: float = 7600.0
     normalize: str = "utterance"  # "none" | "utterance": subtract each clip's per-band mean | "active": over its speech
     floor_db: float = 0.0  # > 0: log-mels floored this many dB below the clip's peak (frontend.py); 0 = off
+
+    def __post_init__(self):
+        if self.sample_rate < 1 or self.n_mels < 1:
+            raise ValueError(f"need sample_rate >= 1 and n_mels >= 1, got {self.sample_rate}, {self.n_mels}")
+        n = self.frame_length
+        if n < 32 or n > 4096 or n & (n - 1):  # arm_rfft_fast_f32 supports powers of two 32..4096
+            raise ValueError(f"frame_length must be a power of two in 32..4096, got {n}")
+        if self.hop_length < 1 or self.clip_samples < n:
+            raise ValueError("need hop_length >= 1 and clip_samples >= frame_length")
+        if not 0 <= self.f_min < self.f_max <= self.sample_rate / 2:
+            raise ValueError(f"need 0 <= f_min < f_max <= sample_rate/2, got {self.f_min}, {self.f_max}")
+        if not 0 <= self.n_mfcc <= self.n_mels:
+            raise ValueError(f"n_mfcc must be in 0..n_mels ({self.n_mels}), got {self.n_mfcc}")
+        if self.normalize not in NORMALIZE_MODES:
+            raise ValueError(f"normalize must be one of {NORMALIZE_MODES}, got {self.normalize!r}")
+        if self.normalize == "active" and self.n_mfcc:
+            raise ValueError(f"normalize 'active' needs log-mel features (n_mfcc = 0), got n_mfcc = {self.n_mfcc}")
+        if self.floor_db < 0 or (self.floor_db and self.n_mfcc):
+            raise ValueError(f"floor_db must be >= 0 and needs log-mel features (n_mfcc = 0), got {self.floor_db} "
+                             f"with n_mfcc = {self.n_mfcc}")
 
     @property
     def n_frames(self) -> int:

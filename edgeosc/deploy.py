@@ -6,9 +6,9 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from .cbuild import ROOT
 from .io import atomic_path
 
-ROOT = Path(__file__).resolve().parents[1]
 # numpy and one TFLite interpreter; click for the command line, flatbuffers for the model check
 REQUIREMENTS = """numpy>=1.24,<2
 click>=8.1

@@ -27,7 +27,6 @@ import copy
 import math
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -41,8 +40,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
     from brevitas.quant import (Int8ActPerTensorFloat, Int8WeightPerChannelFloat, Int32Bias,
                                 Uint8ActPerTensorFloat)
 
-from .config import QUANT_PRESETS, ModelConfig, QuantConfig, to_dict
-from .io import sha256_file
+from .config import QUANT_PRESETS, QuantConfig, to_dict
 from .models.attention import GATE_POINTS, LAYER_POINTS, QUANT_POINTS, SoftmaxAttention, unit
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
@@ -266,22 +264,3 @@ def calibrate(model: QATModel, batches, n_batches: int) -> int:
             model(feats)
             seen += len(feats)
     return seen
-
-
-def qat_builder(source: str | Path, quant_cfg: QuantConfig):
-    """train()'s `build` hook: the float checkpoint's network, quantized, calibrated on training batches."""
-    from .train import CheckpointError, load_checkpoint
-
-    def build(model_cfg: ModelConfig, train_batches, device) -> QATModel:
-        ckpt = load_checkpoint(source)
-        if ckpt.quant_cfg is not None:
-            raise CheckpointError(f"{source}: already quantized ({ckpt.quant_cfg.preset}); start QAT from a float one")
-        if ckpt.model_cfg != model_cfg:
-            raise CheckpointError(f"{source}: its model does not fit this data ({ckpt.model_cfg} vs {model_cfg})")
-        model = quantize_model(ckpt.model, quant_cfg).to(device)
-        clips = calibrate(model, train_batches, quant_cfg.calibration_batches)
-        # the first `clips` clips of the train split in index order (no augmentation)
-        model.provenance = dict(source=dict(path=str(source), sha256=sha256_file(source)),
-                                calibration=dict(split="train", order="index", clips=clips))
-        return model
-    return build

@@ -33,8 +33,9 @@ def train_float(cfg, model_cfg, run_dir: Path, folder: Path, cache_dir, progress
 
 
 def train_qat(cfg, float_dir: Path, folder: Path, cache_dir, progress: bool) -> dict:
-    from .quant import qat_builder
-    from .train import load_checkpoint, train
+    from .train import qat_builder
+    from .checkpoint import load_checkpoint
+    from .train import train
     source = float_dir / "best.pt"
     ckpt = load_checkpoint(source)
     res = train(_dataset(cfg, cache_dir), folder, model_cfg=ckpt.model_cfg, feature_cfg=ckpt.feature_cfg,
@@ -70,7 +71,8 @@ def parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     from .export.parity import custom_parity, float_parity, int8_parity
     from .features import FeatureExtractor
     from .quant import float_model
-    from .train import Batches, evaluate_tflite, load_checkpoint
+    from .checkpoint import load_checkpoint
+    from .evaluate import Batches, evaluate_tflite
     ckpt = load_checkpoint(run_dir / f"qat-{kind}" / "best.pt")
     ds = _dataset(cfg, cache_dir)
     feats = next(Batches(ds, "test", FeatureExtractor(ckpt.feature_cfg), torch.device("cpu"))(200))[0].numpy()
@@ -93,7 +95,8 @@ def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     from . import runtime
     from .bench.estimate import estimate_model
     from .features import FeatureExtractor
-    from .train import Batches, load_checkpoint
+    from .checkpoint import load_checkpoint
+    from .evaluate import Batches
     ckpt = load_checkpoint(run_dir / f"qat-{kind}" / "best.pt")
     feats = next(Batches(_dataset(cfg, cache_dir), "test", FeatureExtractor(ckpt.feature_cfg),
                          torch.device("cpu"))(1))[0].numpy()

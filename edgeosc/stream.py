@@ -52,7 +52,7 @@ def load_model(path, interpreter: str | None = None) -> Model:
     path = Path(path)
     if path.suffix == ".pt":
         import torch
-        from .train import load_checkpoint
+        from .checkpoint import load_checkpoint
         ckpt = load_checkpoint(path)
         net = ckpt.model.eval()
 
@@ -74,8 +74,8 @@ def load_model(path, interpreter: str | None = None) -> Model:
     from . import runtime
     custom = None
     if runtime.check_tflite(path)["custom_ops"]:
-        from .export import tflite_op
-        custom = [tflite_op.register]
+        from .runtime import custom_op
+        custom = [custom_op.register]
     runner = runtime.load(path, interpreter, custom_ops=custom)
     if runner.input_shape[1:] != (cfg.n_frames, cfg.n_coeffs) or runner.output_shape[-1] != len(classes):
         raise StreamError(f"{path}: model shapes {runner.input_shape} -> {runner.output_shape} do not match "

@@ -5,87 +5,21 @@ import dataclasses
 import functools
 import json
 import math
-import pickle
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .config import DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, to_dict
-from .data.augment import augment, spec_augment
+from .checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from .config import DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, to_dict
 from .data.clipset import ClipSet
+from .evaluate import Batches, evaluate, pick_device
 from .features import FeatureExtractor
-from .io import atomic_path, write_json
+from .io import sha256_file, write_json
 from .models.kws import build_model, count_parameters, resolve
-
-CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "edgeosc-checkpoint", 1
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used; the message names the file and the problem."""
-
-
-@dataclass
-class Checkpoint:
-    model: torch.nn.Module
-    model_cfg: ModelConfig
-    feature_cfg: FeatureConfig
-    data_cfg: DataConfig
-    train_cfg: TrainConfig
-    classes: tuple[str, ...]
-    raw: dict
-    quant_cfg: QuantConfig | None = None  # set for QAT / PTQ checkpoints
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but torch sees no CUDA GPU")
-    return torch.device(name)
-
-
-def _save(path: Path, obj: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
-
-
-def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
-    """Load and validate a checkpoint (never unpickles code: weights_only=True)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    try:
-        raw = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError:  # not a torch.save file, or one holding code objects (refused, never run)
-        raise CheckpointError(f"{path}: not an edgeosc checkpoint (not a torch.save file of tensors and plain data)")
-    except Exception as e:  # torch raises many kinds for truncated / foreign files
-        raise CheckpointError(f"{path}: not a readable edgeosc checkpoint ({type(e).__name__}: {str(e)[:120]})")
-    if not isinstance(raw, dict) or raw.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path}: not an edgeosc checkpoint (no '{CHECKPOINT_FORMAT}' header)")
-    if raw.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {raw.get('version')}, expected {CHECKPOINT_VERSION}")
-    try:
-        model_cfg = from_dict(ModelConfig, raw["model_config"])
-        model, quant_cfg = build_model(model_cfg), None
-        if raw.get("quant") is not None:  # a QAT / PTQ checkpoint: rebuild the quantized twin
-            from .quant import quantize_model
-            quant_cfg = from_dict(QuantConfig, raw["quant"]["config"])
-            model = quantize_model(model, quant_cfg)
-        ckpt = Checkpoint(model, model_cfg, from_dict(FeatureConfig, raw["feature_config"]),
-                          from_dict(DataConfig, raw["data_config"]), from_dict(TrainConfig, raw["train_config"]),
-                          tuple(raw["classes"]), raw, quant_cfg)
-        ckpt.model.load_state_dict(raw["model"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        detail = " ".join(line.strip() for line in str(e).splitlines()[1:] or [str(e)])
-        raise CheckpointError(f"{path}: checkpoint does not match its model config ({detail[:200]})")
-    bad = [k for k, v in raw["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:
-        raise CheckpointError(f"{path}: non-finite weights in {', '.join(bad[:3])}")
-    return ckpt
+from .quant import QATModel, calibrate, quantize_model
 
 
 def init_weights(model: torch.nn.Module, path: str | Path) -> None:
@@ -100,48 +34,6 @@ def init_weights(model: torch.nn.Module, path: str | Path) -> None:
     own = model.state_dict()
     model.load_state_dict({k: v for k, v in source.model.state_dict().items() if own[k].shape == v.shape},
                           strict=False)
-
-
-class Batches:
-    """Clips of one split -> feature batches on the device (augmented for training)."""
-
-    def __init__(self, data: ClipSet, split: str, features: FeatureExtractor, device: torch.device):
-        self.idx = data.indices(split)
-        self.audio, self.labels = data.audio, torch.as_tensor(data.labels)
-        self.noise = None if data.noise is None else torch.as_tensor(data.noise, dtype=torch.float32) / 32768
-        self.features, self.device = features, device
-
-    def __len__(self):
-        return len(self.idx)
-
-    def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None):
-        order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
-        for start in range(0, len(order), batch_size):
-            sel = order[start:start + batch_size]
-            wave = torch.as_tensor(self.audio[sel], dtype=torch.float32) / 32768
-            if aug is not None:
-                wave = augment(wave, aug, generator, self.noise)
-            with torch.no_grad():
-                feats = self.features(wave.to(self.device))
-            if aug is not None and aug.freq_masks + aug.time_masks:
-                feats = spec_augment(feats, aug, generator)
-            yield feats, self.labels[sel].to(self.device)
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Batches, n_classes: int, batch_size: int = 256) -> dict:
-    """Loss, accuracy and confusion matrix (rows: true class, columns: predicted)."""
-    model.eval()
-    confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
-    loss_sum = 0.0
-    for feats, labels in batches(batch_size):
-        logits = model(feats)
-        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
-        confusion += torch.bincount(labels.cpu() * n_classes + logits.argmax(-1).cpu(),
-                                    minlength=n_classes**2).view(n_classes, n_classes)
-    n = int(confusion.sum())
-    return dict(loss=loss_sum / max(n, 1), accuracy=confusion.trace().item() / max(n, 1), n=n,
-                confusion=confusion.tolist())
 
 
 def _lr_lambda(cfg: TrainConfig, steps_per_epoch: int):
@@ -201,7 +93,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         history, best, start, bad_epochs = state["history"], state["best"], state["epoch"], state["bad_epochs"]
     if train_cfg.epochs == 0 and not history:  # post-training quantization: the model as built
         best = evaluate(model, val_b, model_cfg.n_classes)["accuracy"]
-        _save(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=0))
+        save_checkpoint(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=0))
     n_params = count_parameters(model)
     criterion = functools.partial(F.cross_entropy, label_smoothing=train_cfg.label_smoothing)
     mix_weight = torch.distributions.Beta(train_cfg.mixup, train_cfg.mixup) if train_cfg.mixup else None
@@ -244,8 +136,8 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         improved = val["accuracy"] > best
         best, bad_epochs = (val["accuracy"], 0) if improved else (best, bad_epochs + 1)
         if improved:
-            _save(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=epoch + 1))
-        _save(out_dir / "last.pt", dict(header, model=model.state_dict(), optimizer=opt.state_dict(),
+            save_checkpoint(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=epoch + 1))
+        save_checkpoint(out_dir / "last.pt", dict(header, model=model.state_dict(), optimizer=opt.state_dict(),
                                         scheduler=sched.state_dict(), history=history, best=best,
                                         epoch=epoch + 1, bad_epochs=bad_epochs))
         write_json(out_dir / "metrics.json", history)
@@ -263,41 +155,21 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     return results
 
 
-def evaluate_checkpoint(path: str | Path, data: ClipSet, split: str = "test", device: str = "auto") -> dict:
-    ckpt = load_checkpoint(path)
-    if tuple(data.classes) != ckpt.classes:
-        raise CheckpointError(f"{path}: trained on classes {ckpt.classes}, the data has {tuple(data.classes)}")
-    dev = pick_device(device)
-    batches = Batches(data, split, FeatureExtractor(ckpt.feature_cfg).to(dev), dev)
-    return dict(evaluate(ckpt.model.to(dev), batches, len(ckpt.classes)), classes=list(ckpt.classes), split=split)
-
-
-def evaluate_tflite(path: str | Path, data: ClipSet, feature_cfg: FeatureConfig, classes: tuple[str, ...],
-                    split: str = "test", interpreter: str | None = None) -> dict:
-    """Accuracy and confusion matrix of an exported .tflite (features computed here, logits in the interpreter)."""
-    from . import runtime
-    if tuple(data.classes) != tuple(classes):
-        raise CheckpointError(f"{path}: exported for classes {tuple(classes)}, the data has {tuple(data.classes)}")
-    custom = None
-    if runtime.check_tflite(path)["custom_ops"]:
-        from .export import tflite_op
-        custom = [tflite_op.register]
-    runner = runtime.load(path, interpreter, custom_ops=custom)
-    n_classes = len(classes)
-    confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
-    for feats, labels in Batches(data, split, FeatureExtractor(feature_cfg), torch.device("cpu"))(256):
-        pred = torch.as_tensor(runner.run(feats.numpy()).argmax(-1))
-        confusion += torch.bincount(labels * n_classes + pred, minlength=n_classes**2).view(n_classes, n_classes)
-    n = int(confusion.sum())
-    return dict(accuracy=confusion.trace().item() / max(n, 1), n=n, confusion=confusion.tolist(),
-                classes=list(classes), split=split, interpreter=runner.interpreter)
-
-
-def format_confusion(confusion: list[list[int]], classes: list[str]) -> str:
-    width = max(6, max(len(c) for c in classes) + 1)
-    lines = [" " * width + "".join(f"{c[:5]:>6}" for c in classes)]
-    lines += [f"{name:<{width}}" + "".join(f"{v:6d}" for v in row) for name, row in zip(classes, confusion)]
-    return "\n".join(lines)
+def qat_builder(source: str | Path, quant_cfg: QuantConfig):
+    """train()'s `build` hook: the float checkpoint's network, quantized, calibrated on training batches."""
+    def build(model_cfg: ModelConfig, train_batches, device) -> QATModel:
+        ckpt = load_checkpoint(source)
+        if ckpt.quant_cfg is not None:
+            raise CheckpointError(f"{source}: already quantized ({ckpt.quant_cfg.preset}); start QAT from a float one")
+        if ckpt.model_cfg != model_cfg:
+            raise CheckpointError(f"{source}: its model does not fit this data ({ckpt.model_cfg} vs {model_cfg})")
+        model = quantize_model(ckpt.model, quant_cfg).to(device)
+        clips = calibrate(model, train_batches, quant_cfg.calibration_batches)
+        # the first `clips` clips of the train split in index order (no augmentation)
+        model.provenance = dict(source=dict(path=str(source), sha256=sha256_file(source)),
+                                calibration=dict(split="train", order="index", clips=clips))
+        return model
+    return build
 
 
 def read_results(folder: str | Path) -> dict:

@@ -59,8 +59,9 @@ def fit(model, x, y, steps, lr):
 
 @pytest.fixture(scope="session")
 def trained():
-    """Oscillator, key-gated oscillator ("gated") and softmax KWS nets trained briefly on tones, then QAT-tuned;
-    a held-out feature batch."""
+    """Oscillator, key-gated oscillator ("gated") and softmax KWS nets trained briefly on tones, then QAT-tuned
+    (also as checkpoints, for the exporters); a held-out feature batch."""
+    from edgeosc.checkpoint import Checkpoint
     from edgeosc.models.kws import build_model
     from edgeosc.quant import calibrate, float_model, quantize_model
     threads = torch.get_num_threads()
@@ -76,6 +77,7 @@ def trained():
         qat = quantize_model(net, QuantConfig())
         calibrate(qat, [(x, y)], 1)
         qat = fit(qat, x, y, 5, 1e-3)
-        out[kind] = dict(qat=qat, float=float_model(qat))
+        out[kind] = dict(qat=qat, float=float_model(qat),
+                         ckpt=Checkpoint.of(qat, FeatureConfig(), [f"tone{c}" for c in range(3)]))
     torch.set_num_threads(threads)
     return out, held

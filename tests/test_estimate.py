@@ -32,7 +32,7 @@ def tiny(tmp_path_factory):
     import torch
 
     from edgeosc.config import ModelConfig, QuantConfig
-    from edgeosc.export.firmware import generate
+    from edgeosc.export.c import generate
     from edgeosc.export.tflite import Graph
     from edgeosc.models.kws import build_model
     from edgeosc.quant import calibrate, quantize_model

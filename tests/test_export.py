@@ -8,8 +8,8 @@ from edgeosc.bench.latency import compare
 from edgeosc.cli import main
 from edgeosc.config import ExportConfig
 from edgeosc.export import export
-from edgeosc.export.onnxrt import OnnxModelError, OnnxRunner, load_onnx
-from edgeosc.export.oscillator_op import DOMAIN, OP
+from edgeosc.runtime.onnx import OnnxModelError, OnnxRunner, load_onnx
+from edgeosc.export.onnx.custom_op import DOMAIN, OP
 from edgeosc.models.attention import QUANT_POINTS
 
 # Integer requantization in onnxruntime's int8 kernels rounds where fake quantization rounded a float that
@@ -24,7 +24,7 @@ MEAN_LSB, MAX_LSB = 0.05, 4
 def runs(trained, tmp_path_factory):
     """The briefly trained QAT nets (conftest.trained), exported to ONNX; a held-out batch."""
     models, held = trained
-    out = {kind: dict(m, dir=export(m["qat"], ExportConfig(), tmp_path_factory.mktemp(kind)))
+    out = {kind: dict(m, dir=export(m["ckpt"], ExportConfig(), tmp_path_factory.mktemp(kind)))
            for kind, m in models.items()}
     return out, held
 

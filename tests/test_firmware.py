@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from edgeosc import integer_ref as R
+from edgeosc.integer import reference as R
 from edgeosc.config import FeatureConfig
-from edgeosc.export.firmware import FIRMWARE, generate
-from edgeosc.export.tflite_builder import TFLiteBuilder, schema
+from edgeosc.cbuild import FIRMWARE
+from edgeosc.export.c import generate
+from edgeosc.export.tflite.builder import TFLiteBuilder
+from edgeosc.runtime.tflite_file import schema
 from edgeosc.runtime import load
 
 from conftest import SHARED_DATA
@@ -268,25 +270,26 @@ def test_exp_table_and_l2norm_accuracy(built):
 
 # ---- front end -------------------------------------------------------------------------------------------
 
-def frontend_lib(cfg: FeatureConfig, tmp_path: Path):
-    """The C front end with export/firmware.py's tables of `cfg`, loaded with ctypes; its EdgeoscFrontend."""
+def frontend_lib(tables_c: Path, symbol: str):
+    """The C front end with a generated tables file (<name>_frontend.c), loaded with ctypes; its EdgeoscFrontend."""
     import ctypes
 
-    from edgeosc.export.ckernels import build_shared
-    from edgeosc.export.firmware import frontend_source
+    from edgeosc.cbuild import FRONTEND, build_shared
+
+    lib = ctypes.CDLL(str(build_shared([FRONTEND / "edgeosc_frontend.c", tables_c], "edgeosc_frontend_test",
+                                       include_dirs=[FRONTEND])))
+    return lib, ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, symbol)))
+
+
+def tables_of(cfg: FeatureConfig, tmp_path: Path) -> Path:
+    from edgeosc.export.c import frontend_source
 
     (tmp_path / "fe_frontend.c").write_text(frontend_source(cfg, "fe", ""))
-    lib = ctypes.CDLL(str(build_shared([FIRMWARE / "frontend" / "edgeosc_frontend.c", tmp_path / "fe_frontend.c"],
-                                       "edgeosc_frontend_test", include_dirs=[FIRMWARE / "frontend"])))
-    return lib, ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, "fe_frontend")))
+    return tmp_path / "fe_frontend.c"
 
 
-@pytest.mark.parametrize("cfg", [FeatureConfig(), FeatureConfig(floor_db=30.0), FeatureConfig(normalize="active"),
-                                 FeatureConfig(floor_db=40.0, normalize="active")],
-                         ids=["log-mel", "floor-30dB", "active-mean", "floor-40dB-active-mean"])
-def test_frontend_matches_features(cfg, tmp_path):
-    """edgeosc_frontend_clip (float32 C) == features.py within 2e-3 (as arm_mfcc_f32 is) on real speech with
-    digital silence."""
+def frontend_error(lib, frontend, cfg: FeatureConfig) -> float:
+    """Largest |C front end - features.py| over real speech clips with digital silence."""
     import ctypes
 
     from edgeosc.features import features_numpy
@@ -295,7 +298,6 @@ def test_frontend_matches_features(cfg, tmp_path):
     clips = sorted((SHARED_DATA / "speech_commands_sample").rglob("*.wav"))[:8]
     if not clips:
         pytest.skip(f"no Speech Commands clips under {SHARED_DATA}")
-    lib, frontend = frontend_lib(cfg, tmp_path)
     scratch = np.zeros(cfg.frame_length * 2, np.float32)
     worst = 0.0
     for f in clips:
@@ -306,13 +308,42 @@ def test_frontend_matches_features(cfg, tmp_path):
         lib.edgeosc_frontend_clip(frontend, pcm.ctypes.data_as(ctypes.c_void_p), got.ctypes.data_as(ctypes.c_void_p),
                                   scratch.ctypes.data_as(ctypes.c_void_p))
         worst = max(worst, float(np.abs(got - features_numpy(pcm.astype(np.float32) / 32768, cfg)).max()))
-    assert worst < 2e-3
+    return worst
+
+
+@pytest.mark.parametrize("cfg", [FeatureConfig(), FeatureConfig(floor_db=30.0), FeatureConfig(normalize="active"),
+                                 FeatureConfig(floor_db=40.0, normalize="active")],
+                         ids=["log-mel", "floor-30dB", "active-mean", "floor-40dB-active-mean"])
+def test_frontend_matches_features(cfg, tmp_path):
+    """edgeosc_frontend_clip (float32 C) == features.py within 2e-3 (as arm_mfcc_f32 is) on real speech with
+    digital silence."""
+    assert frontend_error(*frontend_lib(tables_of(cfg, tmp_path), "fe_frontend"), cfg) < 2e-3
+
+
+@pytest.mark.parametrize("cfg", [FeatureConfig(normalize="active", floor_db=30.0), FeatureConfig(n_mfcc=13),
+                                 FeatureConfig(n_mfcc=10, normalize="none", hop_length=640)],
+                         ids=["active-floor-30dB", "mfcc-13", "mfcc-10-hop-40ms-no-mean"])
+def test_exported_firmware_computes_the_checkpoints_features(cfg, tmp_path):
+    """`export(checkpoint, ..., "c")` writes the front end of the features the model was trained with, not a
+    default one: the generated <name>_frontend.c equals features.py on real clips."""
+    from edgeosc.checkpoint import Checkpoint
+    from edgeosc.config import ExportConfig, ModelConfig, QuantConfig
+    from edgeosc.export import export
+    from edgeosc.models.kws import build_model
+    from edgeosc.quant import calibrate, quantize_model
+
+    torch.manual_seed(0)
+    net = build_model(ModelConfig(n_classes=3, n_frames=cfg.n_frames, n_coeffs=cfg.n_coeffs, dropout=0.0))
+    qat = quantize_model(net, QuantConfig())
+    calibrate(qat, [(torch.randn(8, cfg.n_frames, cfg.n_coeffs), None)], 1)
+    out = export(Checkpoint.of(qat.eval(), cfg, ["a", "b", "c"]), ExportConfig(), tmp_path / "kws", "c")
+    assert frontend_error(*frontend_lib(out / "kws_frontend.c", "kws_frontend"), cfg) < 2e-3
 
 
 def test_logf_accuracy(tmp_path):
     import ctypes
 
-    lib, _ = frontend_lib(FeatureConfig(), tmp_path)
+    lib, _ = frontend_lib(tables_of(FeatureConfig(), tmp_path), "fe_frontend")
     lib.edgeosc_logf.restype, lib.edgeosc_logf.argtypes = ctypes.c_float, [ctypes.c_float]
     xs = np.float32(10.0) ** rng.uniform(-7, 4, 2000).astype(np.float32)
     logs = np.array([lib.edgeosc_logf(float(v)) for v in xs], np.float32)

@@ -3,20 +3,21 @@
 The oscillator core's builtin decomposition (BATCH_MATMUL, CAST+ADD+GATHER tables, L2_NORMALIZATION of w
 and h, MUL)
 and the softmax baseline are written op by op with the schema API and run in tflite-runtime, ai-edge-litert
-and TFLite Micro; every intermediate must equal edgeosc.integer_ref under that interpreter's Target.
+and TFLite Micro; every intermediate must equal edgeosc.integer.reference under that interpreter's Target.
 """
 import numpy as np
 import pytest
 
-from edgeosc import integer_ref as R
+from edgeosc.cbuild import compiler
+from edgeosc.integer import reference as R
 
-ck = pytest.importorskip("edgeosc.export.ckernels")
+from edgeosc.integer import ckernels as ck  # noqa: E402
 try:
-    ck.compiler()
+    compiler()
 except RuntimeError:
     pytest.skip("no C compiler", allow_module_level=True)
 
-from edgeosc.export.tflite_builder import TFLiteBuilder  # noqa: E402
+from edgeosc.export.tflite.builder import TFLiteBuilder  # noqa: E402
 
 POINTS = ["out", "qk", "w", "wn", "h", "z", "zr", "c", "sum", "inv", "a"]  # graph outputs of the builtin chain
 SHAPES = [(2, 49, 16, 2, 16), (4, 49, 8, 8, 8), (1, 10, 4, 3, 5)]  # (H, T, dh, d_osc, dv)
@@ -105,7 +106,7 @@ def softmax_chain_model(sc, shapes) -> bytes:
 
 # ---- interpreters -------------------------------------------------------------------------------------
 
-# interpreter variant -> the integer_ref target it must match bit-exactly
+# interpreter variant -> the integer reference target it must match bit-exactly
 VARIANTS = {
     "tflite-runtime": "tflite-runtime",
     "tflite-runtime-ref": "reference",
@@ -295,7 +296,7 @@ def test_targets_are_distinguishable():
 # ---- the custom op in tflite-runtime ------------------------------------------------------------------
 
 def custom_op_model(sc, shapes, tabs, as_inputs, lead=(), **extra) -> bytes:
-    from edgeosc.export import tflite_op
+    from edgeosc.export.tflite import custom_op as tflite_op
 
     H, T, dh, dr, dv = shapes
     b = TFLiteBuilder()
@@ -311,7 +312,7 @@ def custom_op_model(sc, shapes, tabs, as_inputs, lead=(), **extra) -> bytes:
 
 def run_custom(model, xs):
     tfl = pytest.importorskip("tflite_runtime.interpreter")
-    from edgeosc.export import tflite_op
+    from edgeosc.runtime import custom_op as tflite_op
 
     it = tfl.InterpreterWithCustomOps(model_content=model, custom_op_registerers=[tflite_op.register])
     it.allocate_tensors()
@@ -349,7 +350,7 @@ def test_custom_op_options_switch_sum_op_and_rounding():
 def test_custom_options_flexbuffer():
     from flatbuffers import flexbuffers
 
-    from edgeosc.export import tflite_op
+    from edgeosc.export.tflite import custom_op as tflite_op
 
     sc = tie_scales(8)
     tabs = tables(sc, 4)

@@ -12,7 +12,9 @@ from edgeosc.models.attention import GATE_POINTS, LAYER_POINTS, QUANT_POINTS, os
     softmax_attention
 from edgeosc.models.kws import BLOCK_POINTS, MODEL_POINTS, build_model
 from edgeosc.quant import FIXED, PRESETS, IntegerLayerNorm, QATModel, calibrate, float_model, quantize_model
-from edgeosc.train import evaluate_checkpoint, load_checkpoint, train
+from edgeosc.checkpoint import load_checkpoint
+from edgeosc.evaluate import evaluate_checkpoint
+from edgeosc.train import train
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from edgeosc.config import ExportConfig
 from edgeosc.export import export
 from edgeosc.export.parity import custom_parity, float_parity, int8_parity
 from edgeosc.export.tflite import CUSTOM_OP, FILES
-from edgeosc.export.tflite_builder import TYPE_NAMES, ModelFileError, check_tflite, schema
+from edgeosc.runtime.tflite_file import TYPE_NAMES, ModelFileError, check_tflite, schema
 
 INTERPRETERS = ("ai-edge-litert", "tflite-runtime", "tflite-micro")
 pytestmark = pytest.mark.skipif(any(i not in runtime.available_interpreters() for i in INTERPRETERS),
@@ -27,7 +27,7 @@ MEAN_LSB, MAX_LSB, BETWEEN_LSB = 1.0, 12, 12
 @pytest.fixture(scope="module")
 def files(trained, tmp_path_factory):
     models, held = trained
-    out = {kind: dict(m, dir=export(m["qat"], ExportConfig(), tmp_path_factory.mktemp(kind), "tflite"))
+    out = {kind: dict(m, dir=export(m["ckpt"], ExportConfig(), tmp_path_factory.mktemp(kind), "tflite"))
            for kind, m in models.items()}
     return out, held.numpy()
 

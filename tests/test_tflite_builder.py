@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("flatbuffers")
 from edgeosc import runtime  # noqa: E402
-from edgeosc.export.tflite_builder import ModelFileError, TFLiteBuilder, check_tflite, quantize, schema  # noqa: E402
+from edgeosc.export.tflite.builder import TFLiteBuilder, quantize  # noqa: E402
+from edgeosc.runtime.tflite_file import ModelFileError, check_tflite, schema  # noqa: E402
 
 ALL = ("ai-edge-litert", "tflite-runtime", "tflite-micro")
 INSTALLED = runtime.available_interpreters()
@@ -235,7 +236,7 @@ def test_custom_ops_hook_reaches_tflite_runtime(float_model):
 
 def test_runtime_and_latency_bench_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import edgeosc.runtime as r, edgeosc.export.tflite_builder, edgeosc.bench.latency\n"
+            "import edgeosc.runtime as r, edgeosc.runtime.tflite_file, edgeosc.runtime.custom_op, edgeosc.bench.latency\n"
             "print(r.available_interpreters())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

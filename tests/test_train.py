@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from edgeosc.config import AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
-from edgeosc.train import CheckpointError, evaluate_checkpoint, load_checkpoint, train
+from edgeosc.checkpoint import CheckpointError, load_checkpoint
+from edgeosc.evaluate import evaluate_checkpoint
+from edgeosc.train import train
 
 from conftest import tone_clipset
 

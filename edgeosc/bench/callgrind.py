@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import integer_ref as R
-from ..export.ckernels import CORE_SOURCES, KERNELS, compiler
+from ..integer import reference as R
+from ..cbuild import CORE_SOURCES, KERNELS, compiler
 
 CORES = {"oscillator": "edgeosc_oscillator_core_int8", "softmax": "edgeosc_softmax_core_int8",
          "softmax_lut": "edgeosc_softmax_core_int8"}

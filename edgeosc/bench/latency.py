@@ -36,15 +36,15 @@ def runtimes_for(path: str | Path) -> list[str]:
 def prepare(path: str | Path, runtime_name: str, threads: int = 1) -> Timed:
     path = Path(path)
     if runtime_name == ONNX_RUNTIME:
-        from ..export.onnxrt import INPUT, OUTPUT, OnnxRunner
+        from ..runtime.onnx import INPUT, OUTPUT, OnnxRunner
         runner = OnnxRunner(path, optimize=True, threads=threads)
         x = np.random.default_rng(0).standard_normal((1, *runner.shape[1:])).astype(np.float32)
         return Timed(path, runtime_name, lambda: runner.session.run([OUTPUT], {INPUT: x}))
     from .. import runtime
     custom = None
     if _has_custom_ops(path):
-        from ..export import tflite_op
-        custom = [tflite_op.register]
+        from ..runtime import custom_op
+        custom = [custom_op.register]
     runner = runtime.load(path, runtime_name, custom_ops=custom, num_threads=threads)
     x = runner.inputs[0].quantize(np.random.default_rng(0).standard_normal(runner.input_shape))
     backend = runner._backend  # the bare invoke: no per-call conversion in the timed region

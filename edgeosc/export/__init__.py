@@ -1,4 +1,8 @@
-"""Model exports: one module per target, one signature `export(model, cfg, out_dir) -> Path`, a registry."""
+"""Model exports: one package per target, one signature `export(checkpoint, cfg, out_dir) -> Path`, a registry.
+
+Every target gets the whole checkpoint (model, features, classes, configs): a target handed a bare model
+would have to guess the rest, and a guessed front end computes other features than the model was trained on.
+"""
 from __future__ import annotations
 
 import importlib
@@ -7,19 +11,20 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
+from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import ExportConfig, to_dict
 from ..io import sha256_file, write_json
 
-TARGETS = {"onnx": "edgeosc.export.onnx", "tflite": "edgeosc.export.tflite", "c": "edgeosc.export.firmware"}
+TARGETS = {"onnx": "edgeosc.export.onnx", "tflite": "edgeosc.export.tflite", "c": "edgeosc.export.c"}
 MANIFEST = "manifest.json"
 TOOLS = ("edgeosc", "torch", "brevitas", "onnx", "onnxruntime", "onnxoptimizer", "numpy", "flatbuffers",
          "tflite-runtime", "ai-edge-litert", "tflite-micro")
 
 
-def export(model, cfg: ExportConfig, out_dir: str | Path, target: str = "onnx") -> Path:
+def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path, target: str = "onnx") -> Path:
     if target not in TARGETS:
         raise ValueError(f"unknown export target {target!r}; choose from {sorted(TARGETS)}")
-    return importlib.import_module(TARGETS[target]).export(model, cfg, out_dir)
+    return importlib.import_module(TARGETS[target]).export(ckpt, cfg, out_dir)
 
 
 def _version(pkg: str) -> str | None:
@@ -32,7 +37,6 @@ def _version(pkg: str) -> str | None:
 def export_checkpoint(source: str | Path, out_dir: str | Path | None = None, target: str = "onnx",
                       cfg: ExportConfig = ExportConfig()) -> Path:
     """Export a run folder's best.pt (or a checkpoint) into out_dir (default <run>/export-<target>) with a manifest."""
-    from ..train import load_checkpoint
     source = Path(source)
     path = source / "best.pt" if source.is_dir() else source
     ckpt = load_checkpoint(path)
@@ -41,7 +45,8 @@ def export_checkpoint(source: str | Path, out_dir: str | Path | None = None, tar
         for name in json.loads((out_dir / MANIFEST).read_text()).get("files", {}):
             (out_dir / Path(name).name).unlink(missing_ok=True)
         (out_dir / MANIFEST).unlink()
-    export(ckpt.model.eval(), cfg, out_dir, target)
+    ckpt.model.eval()
+    export(ckpt, cfg, out_dir, target)
     files = sorted(p for p in out_dir.iterdir() if p.is_file() and p.name != MANIFEST and not p.name.startswith("."))
     write_json(out_dir / MANIFEST, dict(
         format="edgeosc-export", target=target, source=dict(path=str(path), sha256=sha256_file(path)),

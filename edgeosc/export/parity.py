@@ -55,8 +55,8 @@ def int8_parity(qat: torch.nn.Module, path: str | Path, feats: np.ndarray) -> di
 
 def custom_parity(builtin: str | Path, custom: str | Path, feats: np.ndarray) -> float:
     """Max deviation in output LSBs of int8_custom.tflite (registered kernel) from int8.tflite, in tflite-runtime."""
-    from . import tflite_op
+    from ..runtime import custom_op
     a = runtime.load(builtin, "tflite-runtime")
-    b = runtime.load(custom, "tflite-runtime", custom_ops=[tflite_op.register])
+    b = runtime.load(custom, "tflite-runtime", custom_ops=[custom_op.register])
     x = a.inputs[0].quantize(feats)
     return float(np.abs(a.run_raw(x).astype(np.int32) - b.run_raw(x).astype(np.int32)).max())

@@ -18,11 +18,12 @@ from pathlib import Path
 import onnx
 import torch
 
-from ..config import ExportConfig
-from ..io import atomic_path
-from ..models.attention import OscillatorAttention
-from . import oscillator_op
-from .onnxrt import INPUT, OUTPUT, load_onnx
+from ...checkpoint import Checkpoint
+from ...config import ExportConfig
+from ...io import atomic_path
+from ...models.attention import OscillatorAttention
+from . import custom_op
+from ...runtime.onnx import INPUT, OUTPUT, load_onnx
 
 FILES = ("float.onnx", "float_op.onnx", "int8_qcdq.onnx", "int8_qcdq_op.onnx")
 DYNAMIC = {INPUT: {0: "batch"}, OUTPUT: {0: "batch"}}
@@ -30,7 +31,7 @@ DYNAMIC = {INPUT: {0: "batch"}, OUTPUT: {0: "batch"}}
 
 def _kwargs(cfg: ExportConfig, custom: bool) -> dict:
     return dict(dynamo=False, opset_version=cfg.opset, input_names=[INPUT], output_names=[OUTPUT],
-                dynamic_axes=DYNAMIC, custom_opsets={oscillator_op.DOMAIN: oscillator_op.VERSION} if custom else None,
+                dynamic_axes=DYNAMIC, custom_opsets={custom_op.DOMAIN: custom_op.VERSION} if custom else None,
                 autograd_inlining=False)  # keep the custom op's autograd.Function as one node
 
 
@@ -71,12 +72,12 @@ def _save(proto: onnx.ModelProto, path: Path) -> Path:
     return path
 
 
-def export(model: torch.nn.Module, cfg: ExportConfig, out_dir: str | Path) -> Path:
-    """Write the ONNX files of a float or QAT model (see FILES) into out_dir; returns out_dir."""
-    out_dir = Path(out_dir)
+def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
+    """Write the ONNX files of a float or QAT checkpoint (see FILES) into out_dir; returns out_dir."""
+    out_dir, model = Path(out_dir), ckpt.model
     qat = model if hasattr(model, "quant_cfg") else None
     if qat is not None:
-        from ..quant import float_model
+        from ...quant import float_model
         net = float_model(qat)
     else:
         net = model
@@ -87,13 +88,13 @@ def export(model: torch.nn.Module, cfg: ExportConfig, out_dir: str | Path) -> Pa
     with torch.no_grad():
         _save(_float_onnx(net, x, cfg, custom=False), out_dir / "float.onnx")
         if layer is not None:
-            proto = _float_onnx(oscillator_op.use_custom_op(net), x, cfg, custom=True)
-            _save(oscillator_op.attach_function(proto, layer), out_dir / "float_op.onnx")
+            proto = _float_onnx(custom_op.use_custom_op(net), x, cfg, custom=True)
+            _save(custom_op.attach_function(proto, layer), out_dir / "float_op.onnx")
     if qat is None:
         return out_dir
     qat.eval()
     _save(_qcdq_onnx(qat, x, cfg, custom=False), out_dir / "int8_qcdq.onnx")
     if layer is not None:
-        proto = _qcdq_onnx(oscillator_op.use_custom_op(qat), x, cfg, custom=True)
-        _save(oscillator_op.attach_function(proto, _oscillator_layer(qat)), out_dir / "int8_qcdq_op.onnx")
+        proto = _qcdq_onnx(custom_op.use_custom_op(qat), x, cfg, custom=True)
+        _save(custom_op.attach_function(proto, _oscillator_layer(qat)), out_dir / "int8_qcdq_op.onnx")
     return out_dir

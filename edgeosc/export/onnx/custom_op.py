@@ -17,7 +17,7 @@ import torch
 from onnx import helper
 from torch import nn
 
-from ..models.attention import QUANT_POINTS, OscillatorAttention
+from ...models.attention import QUANT_POINTS, OscillatorAttention
 
 DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 1
 INPUTS, GATE, OUTPUT = ("q", "k", "v", "r"), "g", "out"

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from .models.attention import oscillator_attention, oscillator_attention_factorized, softmax_attention
+from ..models.attention import oscillator_attention, oscillator_attention_factorized, softmax_attention
 
 
 def _interleaved_medians(fns: dict, repeats: int) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .export.tflite_builder import ModelFileError, check_tflite
+from .tflite_file import ModelFileError, check_tflite
 
 __all__ = ["ModelFileError", "InterpreterUnavailable", "TensorInfo", "Runner", "available_interpreters", "load"]
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import integer_ref as R
-from .tflite_builder import NP_OF, OP_NAMES, schema
+from ...integer import reference as R
+from ...runtime.tflite_file import NP_OF, OP_NAMES, schema
 
 ACT_RANGES = {schema.ActivationFunctionType.NONE: (None, None), schema.ActivationFunctionType.RELU: (0.0, None),
               schema.ActivationFunctionType.RELU6: (0.0, 6.0), schema.ActivationFunctionType.RELU_N1_TO_1: (-1.0, 1.0)}
@@ -393,7 +393,7 @@ class Lowering:
         TFLite Micro (the op's "rounding" option names the TFLite interpreter it mimics; firmware follows TFLM)."""
         from flatbuffers import flexbuffers
 
-        from .tflite_op import POINTS
+        from ..tflite.custom_op import POINTS
         o = flexbuffers.Loads(op.custom)
         q, k, v, r = (self.t(i) for i in op.inputs[:4])
         out = self.t(op.outputs[0])

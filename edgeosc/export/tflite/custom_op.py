@@ -1,54 +1,12 @@
-"""The EdgeOscAttention TFLite custom op: build, register with tflite-runtime, and write its options.
-
-    from tflite_runtime.interpreter import InterpreterWithCustomOps
-    it = InterpreterWithCustomOps(model_path=p, custom_op_registerers=[tflite_op.register])
-
-The kernel (export/tflite_op/edgeosc_tflite_op.c around firmware_models/kernels) is bit-exact with the
-builtin decomposition run by the interpreter named in the "rounding" option (default tflite-runtime).
-"""
+"""The EdgeOscAttention TFLite custom op's options: the flexbuffer map the kernel (runtime.custom_op) reads."""
 from __future__ import annotations
-
-import ctypes
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
-from .ckernels import CORE_SOURCES, ROOT, build_shared
+from ...integer.reference import ZP_DEFAULT
+from ...runtime.custom_op import OP_NAME  # noqa: F401  (the op's name, with its options)
 
-OP_NAME = "EdgeOscAttention"
-GLUE = ROOT / "export" / "tflite_op" / "edgeosc_tflite_op.c"
 POINTS = ("qk", "w", "h", "zr", "c", "sum", "inv", "a")  # the core's internal quantization points
-ADD_CUSTOM = "_ZN6tflite17MutableOpResolver9AddCustomEPKcPK18TfLiteRegistrationi"
-_NAME = OP_NAME.encode()  # AddCustom copies it, but keep the bytes alive anyway
-
-
-def build() -> Path:
-    """Path of the op's shared library (compiled on first use, cached by source hash)."""
-    return build_shared([*CORE_SOURCES, GLUE], "edgeosc_tflite_op", libs=("-lm",))
-
-
-@lru_cache(maxsize=None)
-def _library() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(build()))
-    lib.edgeosc_tflite_registration.restype = ctypes.c_void_p
-    return lib
-
-
-@lru_cache(maxsize=None)
-def _add_custom():
-    import tflite_runtime.interpreter as tfl
-
-    wrapper = next(Path(tfl.__file__).parent.glob("_pywrap_tensorflow_interpreter_wrapper*.so"))
-    f = getattr(ctypes.CDLL(str(wrapper)), ADD_CUSTOM)
-    f.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int]
-    f.restype = None
-    return f
-
-
-def register(resolver_address: int) -> None:
-    """Custom-op registerer for tflite-runtime: adds EdgeOscAttention (version 1) to the op resolver."""
-    _add_custom()(ctypes.c_void_p(resolver_address), _NAME, _library().edgeosc_tflite_registration(), 1)
 
 
 def _flex_value(v):
@@ -92,8 +50,6 @@ def custom_options(**attrs) -> bytes:
 
 def options_from_quant(scales: dict, tables=None, zero_points: dict | None = None, **extra) -> bytes:
     """custom_options from the per-point scales/zero points (integer_ref naming) and optional tables."""
-    from ..integer_ref import ZP_DEFAULT
-
     zp = {**ZP_DEFAULT, **(zero_points or {})}
     attrs = {f"{p}_scale": scales[p] for p in POINTS}
     attrs.update({f"{p}_zero_point": zp[p] for p in POINTS})

@@ -1,4 +1,4 @@
-"""TFLite export of a KWS transformer, written op by op (tflite_builder.py) from the QAT model's own scales.
+"""TFLite export of a KWS transformer, written op by op (builder.py) from the QAT model's own scales.
 
 Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; runtimes loop over a batch):
   float.tflite         the float network (a QAT model's float weights), float32 builtin ops
@@ -29,12 +29,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import ExportConfig
-from ..io import atomic_path
-from ..models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, \
+from ...checkpoint import Checkpoint
+from ...config import ExportConfig
+from ...io import atomic_path
+from ...models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, \
     reciprocal, shifted_power
-from ..models.kws import KWSTransformer
-from .tflite_builder import TFLiteBuilder, check_tflite
+from ...models.kws import KWSTransformer
+from ...runtime.tflite_file import check_tflite
+from .builder import TFLiteBuilder
 
 FILES = ("float.tflite", "int8.tflite", "int8_custom.tflite")
 INPUT, OUTPUT = "features", "logits"
@@ -180,7 +182,7 @@ class Graph:
 
     def custom_oscillator_core(self, qh, kh, vh, r, attn: OscillatorAttention, label: str,
                                g: int | None = None) -> int:
-        from . import tflite_op
+        from . import custom_op
         b, hook = self.b, attn.quant
         out_scale, out_zp = self.q(hook, "out")
         shape = b.shape(qh)[:2] + [b.shape(vh)[-1]]
@@ -192,7 +194,7 @@ class Graph:
         points = {"qk": "qk", "w": "w", "h": "h", "zr": "zr", "c": "c", "sum": "csum", "inv": "inv", "a": "a"}
         if g is not None:  # the op's c is the unit rows cn; the key gate's MUL reads pow and writes "gated"
             points.update(c="cn", pow="pow", gated="c")
-        options = tflite_op.custom_options(
+        options = custom_op.custom_options(
             p=attn.p, eps=attn.eps, d_osc=attn.d_osc, positive=attn.positive, heads=attn.heads,
             sum_op="fully_connected", ones=127, ones_scale=1 / 127,  # as unit_sum writes the sum over keys
             rounding="tflite-runtime",  # the kernel reproduces tflite-runtime's builtin rounding bit for bit
@@ -297,7 +299,7 @@ def _scale(quantizer) -> tuple[float, int]:
 
 
 def _networks(model: nn.Module) -> tuple[KWSTransformer, object]:
-    from ..quant import float_model, fold_norms
+    from ...quant import float_model, fold_norms
     qat = model if hasattr(model, "quant_cfg") else None
     net = float_model(qat) if qat is not None else fold_norms(copy.deepcopy(model))
     if not isinstance(net, KWSTransformer):
@@ -312,11 +314,11 @@ def _save(data: bytes, path: Path) -> Path:
     return path
 
 
-def export(model: nn.Module, cfg: ExportConfig, out_dir: str | Path) -> Path:
-    """Write the .tflite files of a float or QAT model (see FILES) into out_dir; returns out_dir."""
+def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
+    """Write the .tflite files of a float or QAT checkpoint (see FILES) into out_dir; returns out_dir."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    net, qat = _networks(model)
+    net, qat = _networks(ckpt.model)
     with torch.no_grad():
         _save(Graph(net).build(), out_dir / "float.tflite")
         if qat is None:

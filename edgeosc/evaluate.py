@@ -1,0 +1,100 @@
+"""Accuracy of any model or export: a float or QAT checkpoint, or a .tflite in any installed interpreter."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .checkpoint import CheckpointError, load_checkpoint
+from .config import FeatureConfig
+from .data.augment import augment, spec_augment
+from .data.clipset import ClipSet
+from .features import FeatureExtractor
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch sees no CUDA GPU")
+    return torch.device(name)
+
+
+class Batches:
+    """Clips of one split -> feature batches on the device (augmented for training)."""
+
+    def __init__(self, data: ClipSet, split: str, features: FeatureExtractor, device: torch.device):
+        self.idx = data.indices(split)
+        self.audio, self.labels = data.audio, torch.as_tensor(data.labels)
+        self.noise = None if data.noise is None else torch.as_tensor(data.noise, dtype=torch.float32) / 32768
+        self.features, self.device = features, device
+
+    def __len__(self):
+        return len(self.idx)
+
+    def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None):
+        order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
+        for start in range(0, len(order), batch_size):
+            sel = order[start:start + batch_size]
+            wave = torch.as_tensor(self.audio[sel], dtype=torch.float32) / 32768
+            if aug is not None:
+                wave = augment(wave, aug, generator, self.noise)
+            with torch.no_grad():
+                feats = self.features(wave.to(self.device))
+            if aug is not None and aug.freq_masks + aug.time_masks:
+                feats = spec_augment(feats, aug, generator)
+            yield feats, self.labels[sel].to(self.device)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches: Batches, n_classes: int, batch_size: int = 256) -> dict:
+    """Loss, accuracy and confusion matrix (rows: true class, columns: predicted)."""
+    model.eval()
+    confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
+    loss_sum = 0.0
+    for feats, labels in batches(batch_size):
+        logits = model(feats)
+        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+        confusion += torch.bincount(labels.cpu() * n_classes + logits.argmax(-1).cpu(),
+                                    minlength=n_classes**2).view(n_classes, n_classes)
+    n = int(confusion.sum())
+    return dict(loss=loss_sum / max(n, 1), accuracy=confusion.trace().item() / max(n, 1), n=n,
+                confusion=confusion.tolist())
+
+
+def evaluate_checkpoint(path: str | Path, data: ClipSet, split: str = "test", device: str = "auto") -> dict:
+    ckpt = load_checkpoint(path)
+    if tuple(data.classes) != ckpt.classes:
+        raise CheckpointError(f"{path}: trained on classes {ckpt.classes}, the data has {tuple(data.classes)}")
+    dev = pick_device(device)
+    batches = Batches(data, split, FeatureExtractor(ckpt.feature_cfg).to(dev), dev)
+    return dict(evaluate(ckpt.model.to(dev), batches, len(ckpt.classes)), classes=list(ckpt.classes), split=split)
+
+
+def evaluate_tflite(path: str | Path, data: ClipSet, feature_cfg: FeatureConfig, classes: tuple[str, ...],
+                    split: str = "test", interpreter: str | None = None) -> dict:
+    """Accuracy and confusion matrix of an exported .tflite (features computed here, logits in the interpreter)."""
+    from . import runtime
+    from .runtime import custom_op
+    if tuple(data.classes) != tuple(classes):
+        raise CheckpointError(f"{path}: exported for classes {tuple(classes)}, the data has {tuple(data.classes)}")
+    custom = None
+    if runtime.check_tflite(path)["custom_ops"]:
+        custom = [custom_op.register]
+    runner = runtime.load(path, interpreter, custom_ops=custom)
+    n_classes = len(classes)
+    confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
+    for feats, labels in Batches(data, split, FeatureExtractor(feature_cfg), torch.device("cpu"))(256):
+        pred = torch.as_tensor(runner.run(feats.numpy()).argmax(-1))
+        confusion += torch.bincount(labels * n_classes + pred, minlength=n_classes**2).view(n_classes, n_classes)
+    n = int(confusion.sum())
+    return dict(accuracy=confusion.trace().item() / max(n, 1), n=n, confusion=confusion.tolist(),
+                classes=list(classes), split=split, interpreter=runner.interpreter)
+
+
+def format_confusion(confusion: list[list[int]], classes: list[str]) -> str:
+    width = max(6, max(len(c) for c in classes) + 1)
+    lines = [" " * width + "".join(f"{c[:5]:>6}" for c in classes)]
+    lines += [f"{name:<{width}}" + "".join(f"{v:6d}" for v in row) for name, row in zip(classes, confusion)]
+    return "\n".join(lines)

@@ -1,0 +1,354 @@
+"""Op-by-op .tflite writer on the TFLite schema object API (checked by runtime.tflite_file on save)."""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import flatbuffers
+import numpy as np
+
+from ...runtime.tflite_file import DTYPES, IDENTIFIER, NP_OF, broadcast, schema
+
+DESCRIPTION = "edgeosc"
+QUANTIZED = (np.int8, np.int16, np.uint8)
+_ACT = {None: 0, "relu": schema.ActivationFunctionType.RELU, "relu6": schema.ActivationFunctionType.RELU6,
+        "relu_n1_to_1": schema.ActivationFunctionType.RELU_N1_TO_1}
+
+
+class _AlignedBufferT(schema.BufferT):
+    """BufferT whose data vector starts 16-byte aligned, so int32/float data is aligned in place."""
+
+    def Pack(self, builder):
+        data = None
+        if self.data is not None:
+            raw = np.ascontiguousarray(self.data, dtype=np.uint8).tobytes()
+            builder.StartVector(1, len(raw), 16)
+            builder.head -= len(raw)
+            builder.Bytes[builder.head:builder.head + len(raw)] = raw
+            data = builder.EndVector()
+        schema.BufferStart(builder)
+        if data is not None:
+            schema.BufferAddData(builder, data)
+        return schema.BufferEnd(builder)
+
+
+def quantize(x, scale, zero_point=0, dtype=np.int8, axis=None) -> np.ndarray:
+    """Float -> integer with round-half-to-even and clipping; per-channel along axis when scale is a vector."""
+    x = np.asarray(x, np.float64)
+    scale, zp = np.asarray(scale, np.float64), np.asarray(zero_point, np.float64)
+    if axis is not None and scale.ndim:  # per-channel: broadcast scale (and zero point) along axis
+        shape = [-1 if i == axis % x.ndim else 1 for i in range(x.ndim)]
+        scale = scale.reshape(shape)
+        zp = zp.reshape(shape) if zp.ndim else zp
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / scale) + zp, info.min, info.max).astype(dtype)
+
+
+class TFLiteBuilder:
+    """One subgraph: tensors, constant buffers, deduplicated opcodes, operators and graph inputs/outputs."""
+
+    def __init__(self, description: str = DESCRIPTION):
+        self.description = description
+        self.tensors: list = []
+        self.buffers: list = [_AlignedBufferT()]  # buffer 0 is the empty sentinel, as converters write it
+        self.opcodes: list = []
+        self._opcode_index: dict = {}
+        self.operators: list = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self.metadata: dict[str, bytes] = {}
+
+    # ---- tensors -------------------------------------------------------------------------------
+    def tensor(self, name, shape, dtype=np.float32, data=None, scale=None, zero_point=None,
+               quantized_dimension: int = 0) -> int:
+        """Add a tensor (constant when data is given); scale/zero_point are scalars or per-channel lists."""
+        dtype = np.dtype(dtype)
+        shape = [int(d) for d in shape]
+        if dtype.type in QUANTIZED and scale is None:
+            raise ValueError(f"tensor {name!r}: {dtype} tensors need a quantization scale")
+        buf = 0
+        if data is not None:
+            arr = np.ascontiguousarray(data, dtype=dtype)
+            if list(arr.shape) != shape:
+                raise ValueError(f"tensor {name!r}: data shape {arr.shape} != {shape}")
+            self.buffers.append(_AlignedBufferT(data=np.frombuffer(arr.tobytes(), np.uint8)))
+            buf = len(self.buffers) - 1
+        t = schema.TensorT()
+        t.name, t.shape, t.type, t.buffer = name, shape, DTYPES[dtype], buf
+        if scale is not None:
+            scales = np.atleast_1d(np.asarray(scale, np.float64)).astype(np.float32).tolist()
+            zps = np.atleast_1d(np.asarray(0 if zero_point is None else zero_point, np.int64)).tolist()
+            if len(zps) == 1 and len(scales) > 1:
+                zps = zps * len(scales)
+            q = schema.QuantizationParametersT()
+            q.scale, q.zeroPoint, q.quantizedDimension = scales, zps, int(quantized_dimension)
+            t.quantization = q
+        self.tensors.append(t)
+        return len(self.tensors) - 1
+
+    def const(self, name, array, dtype=None, scale=None, zero_point=None, quantized_dimension=0) -> int:
+        """Add a constant tensor holding array as-is (already quantized when dtype is integer)."""
+        array = np.asarray(array, dtype)
+        return self.tensor(name, array.shape, array.dtype, array, scale, zero_point, quantized_dimension)
+
+    def int8_const(self, name, values, scale, zero_point=0, axis=None) -> int:
+        """Quantize float values to an int8 constant (per-channel along axis when scale is a vector)."""
+        scale = np.asarray(scale, np.float32)  # quantize with the scale as stored (float32)
+        q = quantize(values, scale, zero_point, np.int8, axis)
+        return self.const(name, q, np.int8, scale, zero_point, axis or 0)
+
+    def int8_weights(self, name, w, axis=0) -> int:
+        """Symmetric per-channel int8 weights (zero point 0, scale max|w|/127 per slice along axis)."""
+        w = np.asarray(w, np.float64)
+        red = tuple(i for i in range(w.ndim) if i != axis)
+        scale = np.maximum(np.abs(w).max(axis=red), 1e-12) / 127.0
+        return self.int8_const(name, w, scale.astype(np.float32), 0, axis)
+
+    def int32_bias(self, name, bias, input_scale, weight_scale) -> int:
+        """Bias quantized to int32 with scale input_scale * weight_scale (per channel), zero point 0."""
+        # kernels check bias scale == input scale * weight scale, both as stored (float32)
+        scale = (np.float64(np.float32(input_scale)) * np.asarray(weight_scale, np.float32)).astype(np.float32)
+        q = quantize(bias, scale, 0, np.int32, 0 if scale.ndim else None)
+        return self.const(name, q, np.int32, scale, 0, 0)
+
+    def quant(self, t: int):
+        """(scales, zero_points) of tensor t, or None when it has none."""
+        q = self.tensors[t].quantization
+        return None if q is None or not q.scale else (list(q.scale), list(q.zeroPoint))
+
+    def shape(self, t: int) -> list[int]:
+        return list(self.tensors[t].shape)
+
+    def dtype(self, t: int) -> np.dtype:
+        return NP_OF[self.tensors[t].type]
+
+    def _out(self, name, shape, dtype, q, like=None) -> int:
+        """Output tensor; quantized outputs take q=(scale, zp), else copy like's quantization."""
+        dtype = np.dtype(dtype)
+        if dtype.type in QUANTIZED and q is None:
+            if like is None or self.quant(like) is None:
+                raise ValueError(f"{name}: quantized output needs q=(scale, zero_point)")
+            s, z = self.quant(like)
+            q = (s[0], z[0])
+        scale, zp = q if q is not None else (None, None)
+        return self.tensor(name, shape, dtype, scale=scale, zero_point=zp)
+
+    # ---- graph ---------------------------------------------------------------------------------
+    def input(self, name, shape, dtype=np.float32, scale=None, zero_point=None) -> int:
+        t = self.tensor(name, shape, dtype, scale=scale, zero_point=zero_point)
+        self.inputs.append(t)
+        return t
+
+    def mark_output(self, *ts: int) -> None:
+        self.outputs.extend(ts)
+
+    def _opcode(self, code: int, custom: str | None = None, version: int = 1) -> int:
+        key = (code, custom, version)
+        if key not in self._opcode_index:
+            oc = schema.OperatorCodeT()
+            # codes above 127 live in builtinCode; deprecatedBuiltinCode then holds the placeholder
+            oc.builtinCode, oc.deprecatedBuiltinCode = code, min(code, 127)
+            oc.customCode, oc.version = custom, version
+            self.opcodes.append(oc)
+            self._opcode_index[key] = len(self.opcodes) - 1
+        return self._opcode_index[key]
+
+    def op(self, name: str, inputs, outputs, options=None, version: int = 1) -> None:
+        """Append a builtin operator by its schema name (e.g. 'FULLY_CONNECTED') with an options object."""
+        o = schema.OperatorT()
+        o.opcodeIndex = self._opcode(getattr(schema.BuiltinOperator, name), None, version)
+        o.inputs, o.outputs = [int(i) for i in inputs], [int(i) for i in outputs]
+        if options is not None:
+            o.builtinOptionsType = getattr(schema.BuiltinOptions, type(options).__name__[:-1])
+            o.builtinOptions = options
+        self.operators.append(o)
+
+    def custom(self, name: str, inputs, outputs, custom_options: bytes = b"") -> list[int]:
+        """Append a CUSTOM operator (custom_options usually a flexbuffer map); outputs are existing tensors."""
+        o = schema.OperatorT()
+        o.opcodeIndex = self._opcode(schema.BuiltinOperator.CUSTOM, name)
+        o.inputs, o.outputs = list(inputs), list(outputs)
+        o.customOptions = list(custom_options)
+        o.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
+        self.operators.append(o)
+        return list(outputs)
+
+    def to_model(self):
+        """A fresh ModelT (deep copy: editing it leaves the builder untouched)."""
+        sg = schema.SubGraphT()
+        sg.tensors, sg.inputs, sg.outputs, sg.operators, sg.name = copy.deepcopy(
+            (self.tensors, self.inputs, self.outputs, self.operators, "main"))
+        m = schema.ModelT()
+        m.version, m.operatorCodes, m.subgraphs = 3, copy.deepcopy(self.opcodes), [sg]
+        m.description, m.buffers = self.description, copy.deepcopy(self.buffers)
+        m.metadata = []
+        for key, value in {"edgeosc": self.description.encode(), **self.metadata}.items():
+            m.buffers.append(_AlignedBufferT(data=np.frombuffer(bytes(value), np.uint8)))
+            md = schema.MetadataT()
+            md.name, md.buffer = key, len(m.buffers) - 1
+            m.metadata.append(md)
+        return m
+
+    def to_bytes(self) -> bytes:
+        b = flatbuffers.Builder(1024)
+        b.Finish(self.to_model().Pack(b), file_identifier=IDENTIFIER)
+        return bytes(b.Output())
+
+    def save(self, path) -> Path:
+        path = Path(path)
+        path.write_bytes(self.to_bytes())
+        return path
+
+    # ---- ops -----------------------------------------------------------------------------------
+    def conv_2d(self, x, w, bias=None, stride=1, padding="SAME", dilation=1, act=None, q=None, name="conv"):
+        """NHWC input, OHWI weights; SAME/VALID padding."""
+        n, h, wd, _ = self.shape(x)
+        o, kh, kw, _ = self.shape(w)
+        sh, sw = (stride, stride) if isinstance(stride, int) else stride
+        dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
+        if padding == "SAME":
+            oh, ow = math.ceil(h / sh), math.ceil(wd / sw)
+        else:
+            oh, ow = (h - (kh - 1) * dh - 1) // sh + 1, (wd - (kw - 1) * dw - 1) // sw + 1
+        out = self._out(name, [n, oh, ow, o], self.dtype(x), q)
+        opt = schema.Conv2DOptionsT()
+        opt.padding = getattr(schema.Padding, padding)
+        opt.strideH, opt.strideW, opt.dilationHFactor, opt.dilationWFactor = sh, sw, dh, dw
+        opt.fusedActivationFunction = _ACT[act]
+        self.op("CONV_2D", [x, w, -1 if bias is None else bias], [out], opt)
+        return out
+
+    def fully_connected(self, x, w, bias=None, keep_num_dims=False, act=None, q=None, name="fc"):
+        """y = x @ w.T + bias with w [out, in]; keep_num_dims keeps x's leading dims."""
+        xs, (o, k) = self.shape(x), self.shape(w)
+        shape = xs[:-1] + [o] if keep_num_dims else [int(np.prod(xs)) // k, o]
+        out = self._out(name, shape, self.dtype(x), q)
+        opt = schema.FullyConnectedOptionsT()
+        opt.fusedActivationFunction, opt.keepNumDims = _ACT[act], bool(keep_num_dims)
+        self.op("FULLY_CONNECTED", [x, w, -1 if bias is None else bias], [out], opt)
+        return out
+
+    def batch_matmul(self, a, b, adj_x=False, adj_y=False, q=None, name="bmm"):
+        """Batched a @ b (optionally transposing the last two dims of either) with broadcast batch dims."""
+        sa, sb = self.shape(a), self.shape(b)
+        m = sa[-1] if adj_x else sa[-2]
+        n = sb[-2] if adj_y else sb[-1]
+        out = self._out(name, broadcast(sa[:-2], sb[:-2]) + [m, n], self.dtype(a), q)
+        opt = schema.BatchMatMulOptionsT()
+        opt.adjX, opt.adjY = bool(adj_x), bool(adj_y)
+        self.op("BATCH_MATMUL", [a, b], [out], opt)
+        return out
+
+    def _binary(self, kind, a, b, act, q, name):
+        out = self._out(name, broadcast(self.shape(a), self.shape(b)), self.dtype(a), q)
+        opt = getattr(schema, kind.capitalize() + "OptionsT")()
+        opt.fusedActivationFunction = _ACT[act]
+        self.op(kind.upper(), [a, b], [out], opt)
+        return out
+
+    def add(self, a, b, act=None, q=None, name="add"):
+        return self._binary("add", a, b, act, q, name)
+
+    def sub(self, a, b, act=None, q=None, name="sub"):
+        return self._binary("sub", a, b, act, q, name)
+
+    def mul(self, a, b, act=None, q=None, name="mul"):
+        return self._binary("mul", a, b, act, q, name)
+
+    def div(self, a, b, act=None, q=None, name="div"):
+        return self._binary("div", a, b, act, q, name)
+
+    def _reduce(self, kind, x, axes, keep_dims, q, name):
+        xs = self.shape(x)
+        axes = sorted(a % len(xs) for a in np.atleast_1d(axes))
+        shape = [1 if i in axes else d for i, d in enumerate(xs)] if keep_dims else \
+            [d for i, d in enumerate(xs) if i not in axes]
+        ax = self.const(f"{name}/axes", np.array(axes, np.int32))
+        out = self._out(name, shape, self.dtype(x), q, like=None)
+        opt = schema.ReducerOptionsT()
+        opt.keepDims = bool(keep_dims)
+        self.op(kind, [x, ax], [out], opt)
+        return out
+
+    def mean(self, x, axes, keep_dims=True, q=None, name="mean"):
+        return self._reduce("MEAN", x, axes, keep_dims, q, name)
+
+    def sum(self, x, axes, keep_dims=True, q=None, name="sum"):
+        return self._reduce("SUM", x, axes, keep_dims, q, name)
+
+    def gather(self, params, indices, axis=0, name="gather"):
+        """Output takes params' quantization (gather copies values)."""
+        ps, ix = self.shape(params), self.shape(indices)
+        axis %= len(ps)
+        out = self._out(name, ps[:axis] + ix + ps[axis + 1:], self.dtype(params), None, like=params)
+        opt = schema.GatherOptionsT()
+        opt.axis = axis
+        self.op("GATHER", [params, indices], [out], opt)
+        return out
+
+    def cast(self, x, dtype, q=None, name="cast"):
+        out = self._out(name, self.shape(x), dtype, q)
+        opt = schema.CastOptionsT()
+        opt.inDataType, opt.outDataType = self.tensors[x].type, DTYPES[np.dtype(dtype)]
+        self.op("CAST", [x], [out], opt)
+        return out
+
+    def _unary(self, kind, x, q, name, options=None, like=True):
+        out = self._out(name, self.shape(x), self.dtype(x), q, like=x if like else None)
+        self.op(kind, [x], [out], options)
+        return out
+
+    def l2_normalization(self, x, q=None, name="l2norm"):
+        """Normalizes the last axis; int8 output must be scale 1/128, zero point 0."""
+        if q is None and self.dtype(x) == np.int8:
+            q = (1 / 128, 0)
+        return self._unary("L2_NORMALIZATION", x, q, name, schema.L2NormOptionsT(), like=False)
+
+    def softmax(self, x, beta=1.0, q=None, name="softmax"):
+        """Softmax over the last axis; int8 output must be scale 1/256, zero point -128."""
+        if q is None and self.dtype(x) == np.int8:
+            q = (1 / 256, -128)
+        opt = schema.SoftmaxOptionsT()
+        opt.beta = float(beta)
+        return self._unary("SOFTMAX", x, q, name, opt, like=False)
+
+    def relu(self, x, q=None, name="relu"):
+        return self._unary("RELU", x, q, name)
+
+    def rsqrt(self, x, q=None, name="rsqrt"):
+        return self._unary("RSQRT", x, q, name, like=False)
+
+    def exp(self, x, q=None, name="exp"):
+        return self._unary("EXP", x, q, name, like=False)
+
+    def log(self, x, q=None, name="log"):
+        return self._unary("LOG", x, q, name, like=False)
+
+    def reshape(self, x, shape, name="reshape"):
+        """Shape may hold one -1; the target shape goes in both the shape input and the options."""
+        shape = list(np.empty(self.shape(x), np.bool_).reshape(shape).shape)
+        s = self.const(f"{name}/shape", np.array(shape, np.int32))
+        out = self._out(name, shape, self.dtype(x), None, like=x)
+        opt = schema.ReshapeOptionsT()
+        opt.newShape = shape
+        self.op("RESHAPE", [x, s], [out], opt)
+        return out
+
+    def transpose(self, x, perm, name="transpose"):
+        xs = self.shape(x)
+        p = self.const(f"{name}/perm", np.array(perm, np.int32))
+        out = self._out(name, [xs[i] for i in perm], self.dtype(x), None, like=x)
+        self.op("TRANSPOSE", [x, p], [out], schema.TransposeOptionsT())
+        return out
+
+    def concatenation(self, xs, axis, q=None, name="concat"):
+        shapes = [self.shape(t) for t in xs]
+        axis %= len(shapes[0])
+        shape = list(shapes[0])
+        shape[axis] = sum(s[axis] for s in shapes)
+        out = self._out(name, shape, self.dtype(xs[0]), q, like=xs[0])
+        opt = schema.ConcatenationOptionsT()
+        opt.axis = axis
+        self.op("CONCATENATION", list(xs), [out], opt)
+        return out
