@@ -1,7 +1,7 @@
-"""Where the project's C trees are, and one way to build them: a cached shared library per source hash.
+"""Where the project's C trees are, and the one way to build them: build(), cached by the hash of its inputs.
 
-Libraries are compiled (gcc/cc from PATH or $CC, -O2 -fPIC -shared) into a cache directory and renamed
-into place atomically, so parallel test processes never load a half-written file.
+Outputs (host shared libraries for ctypes, host executables, bare ELFs for emulated ARM cores) go to a cache
+directory and are renamed into place atomically, so parallel processes never load a half-written file.
 """
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from functools import lru_cache
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRMWARE = ROOT / "firmware_models"          # portable C99 kernels, front end, harness, Makefile
@@ -19,7 +21,7 @@ FRONTEND = FIRMWARE / "frontend"
 HARNESS = FIRMWARE / "harness"
 TFLITE_OP = ROOT / "export" / "tflite_op"    # the EdgeOscAttention TFLite custom op's glue
 CORE_SOURCES = (KERNELS / "edgeosc_fixedpoint.c", KERNELS / "edgeosc_attention.c")
-CFLAGS = ("-std=c99", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")
+CFLAGS = ("-std=c99", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")  # build_shared's
 
 
 def cache_dir() -> Path:
@@ -36,25 +38,45 @@ def compiler() -> str:
     raise RuntimeError("no C compiler found (set CC, or install gcc) to build the edgeosc C kernels")
 
 
-def build_shared(sources, name: str, include_dirs=(), extra_flags=(), libs=()) -> Path:
-    """Compiles sources into lib<name>.so under the cache, keyed by the sources', headers' and flags' hash."""
+@lru_cache(maxsize=None)
+def compiler_version(cmd: tuple) -> str:
+    """First line of a compiler's --version: part of each build's identity, and of reports."""
+    done = subprocess.run([*cmd, "--version"], capture_output=True, text=True)
+    line = (done.stdout or done.stderr).strip().splitlines()[0] if done.returncode == 0 else " ".join(cmd)
+    return f"zig cc: {line}" if "ziglang" in cmd else line
+
+
+def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequence[str] = (), include_dirs=(),
+          libs=(), cache: str | Path | None = None) -> Path:
+    """Compile sources into <cache>/<hash>/<name>, keyed by the compiler (and its version), the flags and the
+    sources' and headers' contents; a later call with the same inputs returns the file without building.
+
+    The one C build of the project: host shared libraries (build_shared), host executables and bare ELFs for
+    emulated ARM cores (cc = bench.cycles.compiler(core)). The output is renamed into place atomically.
+    """
     sources = [Path(s) for s in sources]
     include_dirs = [KERNELS, *map(Path, include_dirs)]
-    cc = compiler()
-    h = hashlib.sha256(" ".join([cc, *CFLAGS, *extra_flags, *libs]).encode())
+    cmd = list(cc or [compiler()])
+    h = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), *flags, *libs]).encode())
     headers = sorted({p for d in include_dirs for p in d.glob("*.h")})
     for p in [*sources, *headers]:
         h.update(p.name.encode() + b"\0" + p.read_bytes())
-    out = cache_dir() / h.hexdigest()[:16] / f"lib{name}.so"
+    out = Path(cache or cache_dir()) / h.hexdigest()[:16] / name
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    fd, tmp = tempfile.mkstemp(suffix=out.suffix, dir=out.parent)
     os.close(fd)
-    cmd = [cc, *CFLAGS, *extra_flags, *[f"-I{d}" for d in include_dirs], *map(str, sources), "-o", tmp, *libs]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    full = [*cmd, *flags, *[f"-I{d}" for d in include_dirs], *map(str, sources), "-o", tmp, *libs]
+    res = subprocess.run(full, capture_output=True, text=True)
     if res.returncode:
         os.unlink(tmp)
-        raise RuntimeError(f"building {name} failed:\n{' '.join(cmd)}\n{res.stderr}")
+        raise RuntimeError(f"building {name} failed:\n{' '.join(full)}\n{res.stderr[-3000:]}")
+    os.chmod(tmp, 0o755)
     os.replace(tmp, out)
     return out
+
+
+def build_shared(sources, name: str, include_dirs=(), extra_flags=(), libs=()) -> Path:
+    """lib<name>.so of sources for ctypes (-O2 -fPIC -shared, warnings are errors)."""
+    return build(sources, f"lib{name}.so", flags=[*CFLAGS, *extra_flags], include_dirs=include_dirs, libs=libs)

@@ -27,8 +27,8 @@ needs_a64_cc = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def thumb(tmp_path_factory):
     out = tmp_path_factory.mktemp("thumb")
-    return {"loops": C.build_elf([DATA / "loops_thumb.S"], out / "loops.elf", "cortex-m4"),
-            "c": C.build_elf([DATA / "dot_s8.c"], out / "dot_s8.elf", "cortex-m4")}
+    return {"loops": C.build_elf([DATA / "loops_thumb.S"], "cortex-m4", name="loops.elf", cache=out),
+            "c": C.build_elf([DATA / "dot_s8.c"], "cortex-m4", name="dot_s8.elf", cache=out)}
 
 
 def _s32(value: int) -> int:
@@ -131,7 +131,7 @@ def test_aarch64_dot_and_cores(tmp_path):
     want = int(a.astype(np.int32) @ b.astype(np.int32))
     est = {}
     for core in ("cortex-a53", "cortex-a72"):
-        elf = C.build_elf([DATA / "dot_s8.c"], tmp_path / f"{core}.elf", core)
+        elf = C.build_elf([DATA / "dot_s8.c"], core, name=f"{core}.elf", cache=tmp_path)
         run = C.emulate(elf, "dot_s8", ["a", "b", len(a)], {"a": a, "b": b}, core=core)
         assert _s32(run.return_value) == want
         assert run.instructions > 0 and run.cycles > 0

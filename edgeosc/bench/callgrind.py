@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..integer import reference as R
-from ..cbuild import CORE_SOURCES, KERNELS, compiler
+from ..cbuild import CORE_SOURCES, build
 
 CORES = {"oscillator": "edgeosc_oscillator_core_int8", "softmax": "edgeosc_softmax_core_int8",
          "softmax_lut": "edgeosc_softmax_core_int8"}
@@ -89,10 +89,9 @@ def attention_instructions(tokens: int = 49, heads: int = 4, d_head: int = 8, d_
                            p: int = 4, seed: int = 0) -> dict:
     """{"oscillator", "softmax", "softmax_lut": Ir of one core call, and the oscillator/softmax ratios}."""
     with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp) / "bench.c", Path(tmp) / "bench"
+        src = Path(tmp) / "bench.c"
         src.write_text(_program(heads, tokens, d_head, d_osc, d_value, p, seed))
-        cmd = [compiler(), "-std=c99", "-O2", f"-I{KERNELS}", src, *CORE_SOURCES, "-o", exe]
-        subprocess.run(list(map(str, cmd)), check=True, capture_output=True)
+        exe = build([src, *CORE_SOURCES], "bench", flags=("-std=c99", "-O2"), cache=tmp)
         ir = {kind: instructions([exe, kind], fn) for kind, fn in CORES.items()}
     return dict(**ir, ratio=ir["oscillator"] / ir["softmax"], ratio_lut=ir["oscillator"] / ir["softmax_lut"],
                 shape=dict(heads=heads, tokens=tokens, d_head=d_head, d_osc=d_osc, d_value=d_value))

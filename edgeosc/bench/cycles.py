@@ -666,23 +666,18 @@ class _BlockCounter:
 
 
 # ---------------------------------------------------------------- building test kernels
-def build_elf(sources: Sequence[str | Path], out: str | Path, core: str = "cortex-m4",
-              flags: Sequence[str] = ("-O2",), entry: str | None = None) -> Path:
-    """Compile freestanding C/assembly into a bare ELF for `core`: arm-none-eabi-gcc or aarch64-linux-gnu-gcc
-    when on PATH, else clang from `pip install ziglang`. Raises FileNotFoundError when neither exists.
+def build_elf(sources: Sequence[str | Path], core: str = "cortex-m4", flags: Sequence[str] = ("-O2",),
+              entry: str | None = None, name: str = "a.elf", cache: str | Path | None = None) -> Path:
+    """Compile freestanding C/assembly into a bare ELF for `core` (cbuild.build, cached): arm-none-eabi-gcc or
+    aarch64-linux-gnu-gcc when on PATH, else clang from `pip install ziglang`. Raises FileNotFoundError when
+    neither exists.
 
     The counts depend on the compiler: gcc 12 -O2 does not vectorise the AArch64 dot product, clang does."""
-    import subprocess
+    from ..cbuild import build
     # -e: GNU ld falls back to an address for an unknown entry; lld only warns. Nothing runs from it.
     common = ["-ffreestanding", "-nostdlib", "-fno-builtin", "-static", *flags, f"-Wl,-e,{entry or '0'}",
               "-Wl,--no-gc-sections"]  # zig links with --gc-sections, which would drop every function
-    cmd = compiler(core)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([*cmd, *common, *map(str, sources), "-o", str(out)], capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(cmd[:3])} failed for {core}:\n{done.stderr.strip()}")
-    return out
+    return build(sources, name, cc=compiler(core), flags=common, cache=cache)
 
 
 def compiler(core: str) -> list[str]:

@@ -19,10 +19,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
-from functools import lru_cache, reduce
+from functools import reduce
 from pathlib import Path
 from typing import Sequence
 
@@ -30,7 +29,7 @@ import numpy as np
 
 from . import cycles as C
 from . import devices as D
-from ..cbuild import FRONTEND, HARNESS, KERNELS
+from ..cbuild import FRONTEND, HARNESS, KERNELS, compiler_version
 
 DEFAULT_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-a53", "cortex-a72")
 CFLAGS = ("-std=c99", "-O2", "-fno-math-errno")
@@ -93,52 +92,23 @@ def cache_dir() -> Path:
     return ck().parent / "estimate"
 
 
-@lru_cache(maxsize=None)
-def _version(cmd: tuple) -> str:
-    """First line of the compiler's --version: part of each build's identity."""
-    done = subprocess.run([*cmd, "--version"], capture_output=True, text=True)
-    line = (done.stdout or done.stderr).strip().splitlines()[0] if done.returncode == 0 else " ".join(cmd)
-    return f"zig cc: {line}" if "ziglang" in cmd else line
-
-
-def _key(core: str, cmd: Sequence[str], flags: Sequence[str], files: Sequence[Path], headers: Sequence[Path]) -> str:
-    h = hashlib.sha256(" ".join([core, *cmd, _version(tuple(cmd)), *flags]).encode())
-    for p in [*files, *sorted(set(headers))]:
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _headers(dirs: Sequence[Path]) -> list[Path]:
-    return [p for d in dirs for p in Path(d).glob("*.h")]
-
-
-def _atomic(out: Path, make) -> Path:
-    """make(path) writes a file aside, then it is renamed to out: parallel callers never see half of one."""
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent))
-    try:
-        make(tmp / out.name)
-        os.replace(tmp / out.name, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
 def _text(work: Path, stem: str, text: str) -> Path:
-    """A generated source under work, named by its content."""
-    return _atomic(Path(work) / f"{stem}_{hashlib.sha256(text.encode()).hexdigest()[:12]}.c",
-                   lambda p: p.write_text(text))
+    """A generated source under work, named by its content (written aside, then renamed into place)."""
+    out = Path(work) / f"{stem}_{hashlib.sha256(text.encode()).hexdigest()[:12]}.c"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".c", dir=out.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    return out
 
 
 def build(sources: Sequence[Path], core: str, work: Path, includes: Sequence[Path] = (),
           flags: Sequence[str] = CFLAGS) -> Path:
     """A bare ELF for `core` (cycles.build_elf), cached under work by the hash of what goes into it."""
     includes = [*INCLUDES, *map(Path, includes)]
-    key = _key(core, C.compiler(core), flags, sources, _headers(includes))
-    return _atomic(Path(work) / f"{core}-{key}.elf", lambda p: C.build_elf(
-        sources, p, core, [*flags, *(f"-I{d}" for d in includes)]))
+    return C.build_elf(sources, core, [*flags, *(f"-I{d}" for d in includes)], name=f"{core}.elf", cache=work)
 
 
 def model_elf(firmware_dir: str | Path, name: str, core: str, work: str | Path | None = None,
@@ -152,21 +122,12 @@ def model_elf(firmware_dir: str | Path, name: str, core: str, work: str | Path |
 
 def host_logits(firmware_dir: str | Path, name: str, inputs: np.ndarray, work: str | Path | None = None) -> np.ndarray:
     """The host build's (gcc, firmware_models/harness/main_host.c) outputs for rows of int8 inputs."""
-    from ..cbuild import compiler
-    fw, work = Path(firmware_dir), Path(work or cache_dir())
-    h = HARNESS
-    sources = [*KERNEL_SOURCES, *(h / f for f in ("edgeosc_harness.c", "platform_host.c", "main_host.c")),
+    from ..cbuild import build as build_host
+    fw = Path(firmware_dir)
+    sources = [*KERNEL_SOURCES, *(HARNESS / f for f in ("edgeosc_harness.c", "platform_host.c", "main_host.c")),
                fw / f"{name}_model.c"]
-    cc, flags = compiler(), [*CFLAGS, f"-DEDGEOSC_MODEL={name}_model"]
-    includes = [*INCLUDES, fw]
-
-    def make(path):
-        done = subprocess.run([cc, *flags, *(f"-I{d}" for d in includes), *map(str, sources), "-o", str(path)],
-                              capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"host build of {name} failed:\n{done.stderr[-2000:]}")
-
-    exe = _atomic(work / f"host-{name}-{_key('host', [cc], flags, sources, _headers(includes))}", make)
+    exe = build_host(sources, f"host-{name}", flags=[*CFLAGS, f"-DEDGEOSC_MODEL={name}_model"],
+                     include_dirs=[*INCLUDES, fw], cache=work or cache_dir())
     x = np.ascontiguousarray(inputs, np.int8)
     out = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True).stdout.decode()
     return np.array([[int(v) for v in line.split()] for line in out.splitlines()], np.int8)
@@ -297,7 +258,7 @@ def estimate_model(firmware_dir: str | Path, name: str, input_int8, targets: Seq
                              calls=sum(run.scope_calls[f] for f in att))
         by_fn = {f: C.cycles(c, core) for f, c in run.by_function.items()}
         result["targets"][core] = dict(
-            isa=C.CORES[core].isa, compiler=_version(tuple(C.compiler(core))), flags=list(flags),
+            isa=C.CORES[core].isa, compiler=compiler_version(tuple(C.compiler(core))), flags=list(flags),
             core_source=C.CORES[core].source,
             model=model, attention=attention, share=attention and attention["cycles"] / model["cycles"],
             by_function=dict(sorted(by_fn.items(), key=lambda kv: -kv[1])),
