@@ -9,7 +9,7 @@ Presets (bit width, granularity, scaling):
         scale (no parameter of its own).
   w4a8  as int8 but weights int4 per output channel, symmetric narrow range [-7, 7].
 
-The QAT graph simulates the integer graph of export/tflite.py: every tensor that graph holds in int8 is
+The QAT graph simulates the integer graph of export/tflite: every tensor that graph holds in int8 is
 quantized here, once, at a named point (attention.QUANT_POINTS / LAYER_POINTS, kws.MODEL_POINTS /
 BLOCK_POINTS, IntegerLayerNorm.POINTS), so the two differ only by rounding. In particular:
   - an elementwise map from a quantized input to a quantized output (the positive map, (1 + zr)^p, 1/csum)

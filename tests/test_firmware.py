@@ -206,7 +206,7 @@ def test_op_kernel_matches_tflite_micro(built, name):
 
 
 def test_oscillator_core_matches_reference_and_tflite_micro(built):
-    """Every intermediate (op by op) and the fused core's output == integer_ref (TFLite Micro target) == TFLM,
+    """Every intermediate (op by op) and the fused core's output == the integer reference (TFLite Micro target) == TFLM,
     with rows whose h is 0 (z = 0: TFLite's L2 norm treats a zero sum of squares as 1) and saturating rows."""
     shapes, sc, tabs, xs = degenerate_case()
     p = R.osc_quant_from_scales(sc, *tabs, sum_op="fully_connected", target_name="tflite-micro")

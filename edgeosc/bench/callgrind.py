@@ -1,7 +1,7 @@
 """Host instruction counts (valgrind callgrind, deterministic) of the int8 attention kernels and firmware models.
 
 attention_instructions() compiles a one-call program per core (firmware_models/kernels, gcc -O2) with the
-parameters of a plausible layer (integer_ref, TFLite Micro target) and fixed random inputs, and counts the
+parameters of a plausible layer (the integer reference, TFLite Micro target) and fixed random inputs, and counts the
 instructions (Ir) executed inside the core only (--toggle-collect): the oscillator core, the softmax core
 with its fixed-point exp per element, and the softmax core with the 256-entry exp table.
 model_instructions() counts one inference of a host harness build (firmware_models/Makefile host).

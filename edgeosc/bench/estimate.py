@@ -1,6 +1,6 @@
 """Board-free, deterministic estimates of generated firmware: emulate one inference per core, price it.
 
-estimate_model() builds a firmware_models-style folder (export/firmware.py) for each target core, Thumb-2
+estimate_model() builds a firmware_models-style folder (export/c) for each target core, Thumb-2
 for Cortex-M4/M7/M33 (one build per -mcpu) and freestanding AArch64 for Cortex-A53/A72, calls one
 inference through the harness (th_init, th_load_tensor, th_infer, th_results) under unicorn, checks the
 logits against the host build of the same C (so the counted computation is the right one), and turns the
@@ -340,7 +340,7 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
     One row per (T, d_osc): the oscillator's cycles, the softmax core's with its exp table (what the
     generated firmware runs) and with the fixed-point exp per element, their ratios, MACs (qk, h, zr, the
     row sum, out; softmax: qk, out) and latency and energy on the first device of `core` in DEVICES.
-    Each output is checked against integer_ref (the computation counted is the right one).
+    Each output is checked against the integer reference (the computation counted is the right one).
     """
     from ..integer import reference as R
     work = Path(work_dir) if work_dir else cache_dir()
@@ -350,7 +350,7 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
     def run(fn, scope, args, bufs, want):
         r = C.emulate(elf, fn, args, bufs, core=core, scopes=(scope,))
         if r.return_value != 0 or not np.array_equal(r.outputs["out"], want):
-            raise RuntimeError(f"{scope} on {core}: the emulated output differs from integer_ref")
+            raise RuntimeError(f"{scope} on {core}: the emulated output differs from the integer reference")
         return C.cycles(r.scoped[scope], core)
 
     rows = []

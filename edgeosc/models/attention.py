@@ -34,7 +34,7 @@ def _masked_fill(x: Tensor, mask: Tensor | None, value: float) -> Tensor:
 
 # The cores take an optional hook quant(name, x) -> x', applied at these named points (QAT passes one
 # fake quantizer per point, see quant.py; None is the identity, so float results are unchanged). They are
-# the tensors an int8 runtime holds (export/tflite.py): q, k, v, r the core's inputs; qk = q k^T,
+# the tensors an int8 runtime holds (export/tflite): q, k, v, r the core's inputs; qk = q k^T,
 # h = wn r, zr = z r^T and out = a v the matmul outputs; w the positive map's output, wn its unit rows, z the oscillator
 # state, c the shifted cosines (1 + zr)^p, csum their sum over keys, inv = 1 / csum, a = c inv the readout.
 QUANT_POINTS = {"oscillator": ("q", "k", "v", "r", "qk", "w", "wn", "h", "z", "zr", "c", "csum", "inv", "a", "out"),
@@ -51,7 +51,7 @@ def _identity(name: str, x: Tensor) -> Tensor:
 
 
 # The elementwise maps of the oscillator core. Between two quantized points each is a 256-entry table in
-# the int8 graph (export/tflite.py builds the tables with these very functions).
+# the int8 graph (export/tflite builds the tables with these very functions).
 def coupling(qk: Tensor, d_h: int, positive: str) -> Tensor:
     """w = positive(q.k / sqrt(d_h))."""
     return POSITIVE[positive](qk / math.sqrt(d_h))

@@ -1,4 +1,4 @@
-/* What a generated firmware model exports (edgeosc/export/firmware.py writes one per model). */
+/* What a generated firmware model exports (edgeosc/export/c writes one per model). */
 #ifndef EDGEOSC_MODEL_H_
 #define EDGEOSC_MODEL_H_
 

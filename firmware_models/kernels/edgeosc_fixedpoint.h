@@ -17,7 +17,7 @@ extern "C" {
  * kernels differ by 1 LSB at ties, measured on x86-64: tflite-runtime 2.14's BATCH_MATMUL and
  * FULLY_CONNECTED (its GEMM back end) round the final shift's ties upward (UP); ruy and
  * TFLITE_SINGLE_ROUNDING builds round once (SINGLE). Float requantizations (XNNPACK; LiteRT 2.3's
- * reference FULLY_CONNECTED) have no mode here: edgeosc/integer_ref.py models them. */
+ * reference FULLY_CONNECTED) have no mode here: edgeosc/integer/reference.py models them. */
 typedef enum {
   EDGEOSC_ROUND_AWAY = 0,   /* SRDHM, then shift right with ties away from zero (gemmlowp) */
   EDGEOSC_ROUND_UP = 1,     /* SRDHM, then shift right with ties toward +inf (NEON VRSHL) */

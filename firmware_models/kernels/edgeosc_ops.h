@@ -1,7 +1,7 @@
 /* Int8 TFLite builtin ops as TFLite Micro's reference kernels compute them (portable C99, no float).
  *
- * One function per op kind the int8 exporter writes (edgeosc/export/tflite.py). Parameters are
- * computed at generation time (edgeosc/export/firmware.py) exactly as each kernel's Prepare does, so
+ * One function per op kind the int8 exporter writes (edgeosc/export/tflite). Parameters are
+ * computed at generation time (edgeosc/export/c) exactly as each kernel's Prepare does, so
  * the outputs are bit-exact with TFLite Micro. No allocation: callers pass every buffer.
  * Requantization is TFLite's double rounding (EDGEOSC_ROUND_AWAY), the rounding TFLite Micro builds use.
  */
