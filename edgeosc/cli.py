@@ -1,24 +1,41 @@
-"""The `edgeosc` command line: data, train (float, QAT, PTQ), eval, pipeline, compare, summary, exports, benchmarks."""
+"""The `edgeosc` command line, in the pipeline's order: data, train (float, QAT, PTQ), eval, export, bench, report,
+deploy, listen; pipeline and sweep run the whole job; lab holds research tools.
+
+Config fields reach the command line through one door (`config_options`): every field of the config dataclasses
+(edgeosc/config.py) is settable with `--config FILE` (TOML, one table per dataclass, the `edgeosc pipeline` format)
+and repeatable `--set SECTION.FIELD=VALUE`; the common ones also have a flag, generated from the field (type,
+default, help from its comment). Everything is checked by config.from_dict and the dataclasses' __post_init__.
+"""
 from __future__ import annotations
 
+import ast
+import dataclasses
 import functools
+import inspect
+import io
 import json
+import re
 import statistics
+import textwrap
+import tokenize
+import tomllib
+import typing
 from collections import defaultdict
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
-from .config import ATTENTION_KINDS, DATASETS, NORMALIZE_MODES, POSITIVE_MAPS, QAT_EPOCHS, QAT_LR, QUANT_PRESETS, AugmentConfig, \
-    DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig
-
+from .config import ATTENTION_KINDS, DATASETS, NORMALIZE_MODES, POSITIVE_MAPS, QAT_EPOCHS, QAT_LR, QUANT_PRESETS, \
+    DataConfig, ExportConfig, FeatureConfig, from_dict, to_dict
+from .pipeline import PipelineConfig, load_config
 
 
 def friendly_errors(fn):
     """Known user-facing problems become one line on stderr and exit status 1, never a traceback."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from .runtime import InterpreterUnavailable  # torch-free: `edgeosc bench` runs without torch
+        from .runtime import InterpreterUnavailable  # torch-free: `edgeosc bench models` runs without torch
         try:
             return fn(*args, **kwargs)
         except (ValueError, FileNotFoundError, InterpreterUnavailable) as e:  # bad data, checkpoints, model files
@@ -28,47 +45,330 @@ def friendly_errors(fn):
     return wrapper
 
 
-@click.group(context_settings=dict(help_option_names=["-h", "--help"]))
+# ------------------------------------------------------------------------- config fields -> options
+
+# values a field may take, where its dataclass names them (flags become click.Choice; --set values are checked)
+CHOICES = {"data.dataset": DATASETS, "data.task": ("12", "all", "digits"), "model.attention": ATTENTION_KINDS,
+           "model.size": ("small", "medium"), "model.positive": POSITIVE_MAPS, "model.anchors": ("projected", "tied"),
+           "features.normalize": NORMALIZE_MODES, "train.device": ("auto", "cpu", "cuda"), "quant.preset": QUANT_PRESETS}
+
+
+@functools.cache
+def field_comments(cls) -> dict[str, str]:
+    """Field name -> its comment in the dataclass source (trailing, or the comment line just above)."""
+    src = textwrap.dedent(inspect.getsource(cls))
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(src).readline) if tok.type == tokenize.COMMENT}
+    lines = src.splitlines()
+    out = {}
+    for node in ast.parse(src).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            above = node.lineno - 1
+            own = comments.get(node.lineno)
+            if own is None and above in comments and lines[above - 1].lstrip().startswith("#"):
+                own = comments[above]
+            if own:
+                out[node.target.id] = own
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One config field, found by its dotted key from the top of PipelineConfig."""
+    key: str
+    owner: type  # the dataclass holding it
+    name: str
+    hint: object  # its resolved type annotation
+    default: object
+
+    @property
+    def base(self) -> type:
+        """The scalar type (str, int, float, bool); for tuples, their items' type."""
+        args = [a for a in typing.get_args(self.hint) if a is not type(None) and a is not Ellipsis]
+        if typing.get_origin(self.hint) is tuple:
+            return args[0]
+        return args[0] if args else self.hint
+
+    @property
+    def is_tuple(self) -> bool:
+        return typing.get_origin(self.hint) is tuple
+
+    @property
+    def choices(self):
+        return CHOICES.get(re.sub(r"^qat\.", "train.", self.key))  # [qat] is a TrainConfig too
+
+    @property
+    def comment(self) -> str:
+        return field_comments(self.owner).get(self.name, "")
+
+    def coerce(self, value):
+        """A value from the command line (flag text or TOML) as the field's type where it is unambiguous: text for
+        text fields (--set data.task=12), comma-separated text for tuples of text; from_dict checks the rest."""
+        if self.base is str and not self.is_tuple and not isinstance(value, str) and not isinstance(value, list):
+            return str(value).lower() if isinstance(value, bool) else str(value)
+        if self.is_tuple and isinstance(value, str):
+            return [x.strip() for x in value.split(",") if x.strip()] if self.base is str else value
+        return value
+
+
+def sections(cls=PipelineConfig) -> dict[str, object]:
+    """Top-level names of PipelineConfig -> their dataclass (or, for a plain field such as `kinds`, None)."""
+    return {f.name: _default(f) if dataclasses.is_dataclass(_default(f)) else None for f in dataclasses.fields(cls)}
+
+
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def find_field(key: str) -> Field:
+    """The field a dotted key names ("train.augment.noise_prob"); ValueError naming what exists."""
+    cls, parts = PipelineConfig, key.split(".")
+    for i, part in enumerate(parts):
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        where = ".".join(parts[:i]) or "the top level"
+        if part not in fields:
+            raise ValueError(f"{key}: no field {part!r} in {where} (it has {', '.join(fields)})")
+        default = _default(fields[part])
+        if i == len(parts) - 1:
+            if dataclasses.is_dataclass(default):
+                raise ValueError(f"{key} is a table: set its fields ({', '.join(f.name for f in dataclasses.fields(default))})")
+            return Field(key, cls, part, typing.get_type_hints(cls)[part], default)
+        if not dataclasses.is_dataclass(default):
+            raise ValueError(f"{key}: {'.'.join(parts[:i + 1])} is a value, not a table")
+        cls = type(default)
+    raise ValueError(f"{key!r}: expected SECTION.FIELD")
+
+
+def parse_setting(item: str) -> tuple[str, object]:
+    """`SECTION.FIELD=VALUE` -> (key, value): VALUE parsed as TOML, a bare word as text."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise click.BadParameter(f"{item!r}: expected SECTION.FIELD=VALUE", param_hint="--set")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key.strip(), value  # a bare word: a string
+
+
+class Settings:
+    """What one command line sets: a TOML file, flags and --set overrides, each remembered with how it was given."""
+
+    def __init__(self, path, allowed: tuple[str, ...]):
+        self.path, self.allowed = path, allowed
+        self.overrides: dict[str, object] = {}
+        self.given_as: dict[str, str] = {}
+
+    def add(self, key: str, value, given_as: str, hint: str = "--set") -> None:
+        if key.split(".")[0] not in self.allowed:
+            raise click.BadParameter(f"{given_as.removeprefix('--set ')}: unknown section {key.split('.')[0]!r}; this command takes "
+                                     f"{', '.join(self.allowed)}", param_hint=hint)
+        try:
+            field = find_field(key)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint=hint) from None
+        value = field.coerce(value)
+        if field.choices and value not in field.choices:
+            raise click.BadParameter(f"{given_as.removeprefix('--set ')}: must be one of {', '.join(field.choices)}", param_hint=hint)
+        self.overrides[key] = value
+        self.given_as[key] = given_as
+
+    def file_tables(self) -> dict:
+        if self.path is None:
+            return {}
+        try:
+            return tomllib.loads(Path(self.path).read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            return {}  # load_config reports it
+
+    def given(self, section: str) -> list[str]:
+        """The fields of `section` this command line sets (in the file's table or by a flag / --set)."""
+        table = self.file_tables().get(section, {})
+        return list(dict.fromkeys([*(table if isinstance(table, dict) else {}),
+                                   *(k.split(".")[1] for k in self.overrides if k.split(".")[0] == section)]))
+
+    def describe(self, section: str) -> list[str]:
+        """How each setting of `section` was given (for error messages)."""
+        file = [f"[{section}] in {self.path}"] if section in self.file_tables() else []
+        return file + [self.given_as[k] for k in self.overrides if k.split(".")[0] == section]
+
+    def load(self, rename: dict[str, str] | None = None, base: dict | None = None) -> PipelineConfig:
+        """Defaults < `base` ({section: config}, for fields not given; a given data.dataset starts afresh) <
+        the file < flags and --set, through pipeline.load_config; any error is a click error naming its source."""
+        overrides = {}
+        for section, cfg in (base or {}).items():
+            given = self.given(section)
+            if section == "data" and "dataset" in given:
+                continue  # another dataset: none of the old one's settings apply
+            overrides.update({f"{section}.{k}": v for k, v in to_dict(cfg).items() if k not in given})
+        for key, value in self.overrides.items():
+            section, _, rest = key.partition(".")
+            overrides[f"{(rename or {}).get(section, section)}.{rest}" if rest else key] = value
+        try:
+            cfg = load_config(self.path, overrides)
+        except ValueError as e:
+            msg = re.sub(r"^pipeline config: ", "", str(e))
+            named = [g for k, g in self.given_as.items() if re.search(rf"\b{re.escape(k.split('.')[-1])}\b", msg)]
+            raise click.ClickException(msg + (f" (given: {', '.join(named)})" if named else "")) from None
+        if cfg.data.data_dir and not Path(cfg.data.data_dir).is_dir():
+            raise click.ClickException(f"{self.given_as.get('data.data_dir', 'data.data_dir')}: no such folder")
+        for name in ("train", "qat"):  # recorded paths: absolute
+            run = getattr(cfg, name)
+            if run.init_from:
+                cfg = dataclasses.replace(cfg, **{name: dataclasses.replace(
+                    run, init_from=str(Path(run.init_from).expanduser().resolve()))})
+        return cfg
+
+
+def to_toml(cfg, names) -> str:
+    """The `names` tables of a PipelineConfig as TOML, each field with its comment (unset ones commented out)."""
+    def table(title, obj, out):
+        out.append(f"[{title}]")
+        nested = []
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                nested.append((f"{title}.{f.name}", value))
+                continue
+            note = field_comments(type(obj)).get(f.name, "")
+            line = f"{f.name} = {json.dumps(list(value) if isinstance(value, tuple) else value)}"
+            line = f"# {f.name} = (unset)" if value is None else line
+            out.append(f"{line}  # {note}" if note else line)
+        for t, v in nested:
+            out.append("")
+            table(t, v, out)
+    out = []
+    for name in names:
+        value = getattr(cfg, name)
+        if dataclasses.is_dataclass(value):
+            table(name, value, out)
+            out.append("")
+        else:
+            out.insert(0, f"{name} = {json.dumps(list(value) if isinstance(value, tuple) else value)}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def config_options(allowed: tuple[str, ...], flags: list[tuple[str, str, str | None]], show=None, presets=(),
+                   printable=True):
+    """Give a command --config FILE, repeatable --set SECTION.FIELD=VALUE, --print-config and a flag per
+    (flag, key, help) in `flags`, its type, default and choices taken from the config field (help: the given
+    text, else the field's comment); `presets` are (flag, {key: value}, help): a flag that sets several fields
+    (a --set of one of them wins); `printable`: offer --print-config. The command receives `settings` (a
+    Settings) instead."""
+    show = show or allowed
+    first = find_field(flags[0][1]).default
+    example = "model.dropout=0.2" if "model" in allowed else \
+        f"{flags[0][1]}={first if isinstance(first, str) else json.dumps(first)}"
+    made = []
+    for flag, key, text in flags:
+        field = find_field(key)
+        dest = "cfg__" + key.replace(".", "__")
+        help_ = (text or field.comment[:1].upper() + field.comment[1:]).rstrip(".") + f". [{key}]"
+        kw = dict(help=help_, show_default=not (field.default is None or field.default is False or field.default == ()))
+        if field.base is bool:
+            kw.update(is_flag=True, default=False)
+        elif field.is_tuple and field.base is str:
+            kw.update(default=",".join(field.default), metavar="A,B,...", show_default=bool(field.default))
+            kw["help"] = kw["help"].replace(f". [{key}]", f" (comma-separated). [{key}]")
+        elif field.is_tuple:
+            kw.update(type=field.base, nargs=len(field.default), default=field.default)
+        else:
+            kind = click.Path() if field.base is str and field.default is None else field.base  # data_dir, init_from
+            kw.update(type=click.Choice(field.choices) if field.choices else kind, default=field.default)
+        made.append((dest, flag, key, click.option(flag, dest, **kw)))
+    for flag, values, text in presets:
+        for key in values:
+            find_field(key)  # a typo here fails at import, not at the command line
+        dest = "cfg__" + flag.strip("-").replace("-", "_")
+        made.append((dest, flag, values, click.option(flag, dest, is_flag=True, help=text)))
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kw):
+            ctx = click.get_current_context()
+            settings = Settings(kw.pop("config_path"), allowed)
+            for dest, flag, key, _ in made:
+                value = kw.pop(dest)
+                if ctx.get_parameter_source(dest) is not ParameterSource.DEFAULT and not isinstance(key, dict):
+                    settings.add(key, value, f"{flag} {value}" if value is not True else flag, hint=flag)
+            for item in kw.pop("settings"):
+                key, value = parse_setting(item)
+                settings.add(key, value, f"--set {item}")
+            for dest, flag, values, _ in made:
+                if isinstance(values, dict) and ctx.params.get(dest):
+                    for key, value in values.items():
+                        if key not in settings.overrides:
+                            settings.add(key, value, flag, hint=flag)
+            if kw.pop("print_config", False):
+                click.echo(to_toml(settings.load(), show), nl=False)
+                return None
+            return fn(*args, settings=settings, **kw)
+
+        opts = [click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+                             help=f"TOML file, one table per section ({', '.join(show)}), as `edgeosc pipeline` "
+                                  "reads; flags and --set override it."),
+                click.option("--set", "settings", multiple=True, metavar="SECTION.FIELD=VALUE",
+                             help=f"Set any config field (edgeosc/config.py), e.g. --set {example} "
+                                  "(value parsed as TOML; repeatable)." + (" --print-config lists them." * printable))]
+        if printable:
+            opts.append(click.option("--print-config", is_flag=True,
+                                     help="Print the resulting config (every field, as TOML) and exit."))
+        for opt in reversed(opts + [m[3] for m in made]):
+            wrapper = opt(wrapper)
+        return wrapper
+    return deco
+
+
+class Ordered(click.Group):
+    """A group that lists its commands in the order they were added (the pipeline's), and names renamed ones."""
+
+    def __init__(self, *args, renamed: dict[str, str] | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.renamed = renamed or {}
+
+    def list_commands(self, ctx):
+        return list(self.commands)
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands:
+            for old, new in self.renamed.items():
+                if args[0] == old or (old == "*" and not args[0].startswith("-")):
+                    raise click.UsageError(f"`{ctx.command_path} {args[0]}`: {new}", ctx=ctx)
+        return super().resolve_command(ctx, args)
+
+
+RENAMED = {"compare": "now `edgeosc report write`", "summary": "now `edgeosc report seeds`",
+           "export-bench": "now `edgeosc bench pair`", "microbench": "now `edgeosc bench attention`",
+           "dynamics": "now `edgeosc lab dynamics`"}
+
+
+@click.group(cls=Ordered, renamed=RENAMED, context_settings=dict(help_option_names=["-h", "--help"]))
 def main():
-    """Keyword spotting with softmax-free oscillator attention, from data to edge runtimes."""
+    """Keyword spotting with softmax-free oscillator attention, from data to edge runtimes.
+
+    The commands follow the pipeline (data, train, eval, export, bench, report, deploy); `edgeosc pipeline`
+    runs it all, staged and resumable. Every config field is settable with --config FILE or --set
+    SECTION.FIELD=VALUE; `edgeosc train --print-config` lists them.
+    """
 
 
 # ------------------------------------------------------------------------------------- data
 
-def data_options(fn):
-    opts = [
-        click.option("--dataset", type=click.Choice(DATASETS), default="synth", show_default=True,
-                     help="synth: embedded eSpeak NG keywords (no download); speech-commands / fsdd: your download."),
-        click.option("--data-dir", type=click.Path(file_okay=False), help="Folder of the downloaded dataset."),
-        click.option("--task", type=click.Choice(["12", "all", "digits"]), default="12", show_default=True,
-                     help="12: 10 words + unknown + silence; all: every Speech Commands word as a class; "
-                          "digits: the synthetic set speaks FSDD's ten digits (to pretrain for FSDD)."),
-        click.option("--data-seed", type=int, default=0, show_default=True, help="Seed of the synthetic set / balancing."),
-        click.option("--n-voices", type=int, default=None, help="Synthetic set: number of voice variants (default all)."),
-        click.option("--renditions", type=int, default=4, show_default=True,
-                     help="Synthetic set: clips per voice and class."),
-        click.option("--test-speakers", default="", help="FSDD: comma-separated speakers held out for test."),
-        click.option("--val-speakers", default="", help="FSDD: comma-separated speakers held out for validation."),
-        click.option("--synth-mix", is_flag=True,
-                     help="Real speech: also train on every synthetic voice (eSpeak NG, 11 recorded speakers) "
-                          "saying the same classes, band-limited to the recordings' band (more speakers than a "
-                          "small real set has)."),
-        click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-                     help="Decoded-clip cache (default $EDGEOSC_CACHE or ~/.cache/edgeosc)."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
-
-
-def make_data_cfg(dataset, data_dir, task, data_seed, n_voices, renditions, test_speakers, val_speakers,
-                  synth_mix=False) -> DataConfig:
-    if data_dir is not None and not Path(data_dir).is_dir():
-        raise click.ClickException(f"--data-dir {data_dir}: no such folder")
-    split = lambda s: tuple(x.strip() for x in s.split(",") if x.strip())  # noqa: E731
-    return DataConfig(dataset=dataset, data_dir=str(Path(data_dir).resolve()) if data_dir else None, task=task,
-                      seed=data_seed, n_voices=n_voices, renditions=renditions,
-                      test_speakers=split(test_speakers), val_speakers=split(val_speakers), synth_mix=synth_mix)
+DATA_FLAGS = [
+    ("--dataset", "data.dataset", "synth: embedded eSpeak NG keywords (no download); speech-commands / fsdd: your download"),
+    ("--data-dir", "data.data_dir", "Folder of the downloaded dataset"),
+    ("--task", "data.task", "12: 10 words + unknown + silence; all: every Speech Commands word as a class; "
+                            "digits: the synthetic set speaks FSDD's ten digits (to pretrain for FSDD)"),
+    ("--data-seed", "data.seed", "Seed of the synthetic set / class balancing"),
+    ("--n-voices", "data.n_voices", "Synthetic set: number of voice variants (default all)"),
+    ("--renditions", "data.renditions", "Synthetic set: clips per voice and class"),
+    ("--test-speakers", "data.test_speakers", "FSDD: speakers held out for test"),
+    ("--val-speakers", "data.val_speakers", "FSDD: speakers held out for validation"),
+    ("--synth-mix", "data.synth_mix", "Real speech: also train on every synthetic voice (eSpeak NG, 11 recorded "
+                                      "speakers) saying the same classes, band-limited to the recordings' band"),
+]
+CACHE_DIR = click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+                         help="Decoded-clip cache (default $EDGEOSC_CACHE or ~/.cache/edgeosc).")
+QUIET = click.option("--quiet", is_flag=True, help="No progress bars.")
 
 
 def describe(data) -> str:
@@ -80,31 +380,39 @@ def describe(data) -> str:
             (f"; skipped {len(data.skipped)} files" if data.skipped else ""))
 
 
-@main.group()
+@main.group(cls=Ordered)
 def data():
-    """Make or inspect datasets."""
+    """Make or inspect datasets (synthetic, Speech Commands, FSDD)."""
 
 
 @data.command("synth")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--n-voices", type=int, default=None, help="Number of voice variants (default all).")
-@click.option("--renditions", type=int, default=4, show_default=True, help="Clips per voice and class.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
+@config_options(("data",), [("--seed", "data.seed", "Seed of the synthetic set"), DATA_FLAGS[4], DATA_FLAGS[5]])
+@CACHE_DIR
 @friendly_errors
-def data_synth(seed, n_voices, renditions, cache_dir):
-    """Generate (once, then cached) the synthetic 12-class keyword set with eSpeak NG."""
+def data_synth(settings, cache_dir):
+    """Generate (once, then cached) the synthetic keyword set.
+
+    12 classes spoken by eSpeak NG voice variants (and recorded-speaker voices), split by voice.
+    """
     from .data import load_dataset
-    ds = load_dataset(DataConfig(seed=seed, n_voices=n_voices, renditions=renditions), cache_dir)
-    click.echo(describe(ds))
+    cfg = settings.load().data
+    if cfg.dataset != "synth":
+        raise click.ClickException(f"`edgeosc data synth` makes the synthetic set, not {cfg.dataset} "
+                                   "(see `edgeosc data info`)")
+    click.echo(describe(load_dataset(cfg, cache_dir)))
 
 
 @data.command("info")
-@data_options
+@config_options(("data",), DATA_FLAGS)
+@CACHE_DIR
 @friendly_errors
-def data_info(cache_dir, **kw):
-    """Load a dataset (decoding and caching it) and print its splits and skipped files."""
+def data_info(settings, cache_dir):
+    """Load a dataset and print its splits and skipped files.
+
+    Decodes and caches it on first use.
+    """
     from .data import load_dataset
-    ds = load_dataset(make_data_cfg(**kw), cache_dir)
+    ds = load_dataset(settings.load().data, cache_dir)
     click.echo(describe(ds))
     for f, why in ds.skipped[:20]:
         click.echo(f"  skipped {f}: {why}")
@@ -112,107 +420,105 @@ def data_info(cache_dir, **kw):
 
 # ------------------------------------------------------------------------------------ train
 
-@main.command()
-@data_options
-@click.option("--attention", type=click.Choice(ATTENTION_KINDS), default="oscillator", show_default=True)
-@click.option("--size", type=click.Choice(["small", "medium"]), default="small", show_default=True,
-              help="small: ~23k parameters; medium: ~170k.")
-@click.option("--d-osc", type=int, default=ModelConfig.d_osc, show_default=True, help="Oscillator dimension.")
-@click.option("--p", "p", type=int, default=ModelConfig.p, show_default=True, help="Readout sharpening power.")
-@click.option("--positive", type=click.Choice(POSITIVE_MAPS), default=ModelConfig.positive, show_default=True,
-              help="Positive map of the coupling weights.")
-@click.option("--key-gate", is_flag=True, help="Oscillator: a learned weight per key in the readout "
-              "(docs/ablations.md sections 43-44).")
-@click.option("--n-mfcc", type=int, default=FeatureConfig.n_mfcc, show_default=True,
-              help="0: 40 log-mel bands; >0: that many MFCCs.")
-@click.option("--normalize", type=click.Choice(NORMALIZE_MODES), default=FeatureConfig.normalize,
-              show_default=True, help="Per-clip mean subtraction of the features: over every frame (utterance) or "
-                                      "over the frames within 30 dB of the clip's loudest (active, log-mel only), "
-                                      "so padding and pauses leave the mean alone.")
-@click.option("--floor-db", type=click.FloatRange(min=0), default=FeatureConfig.floor_db, show_default=True,
-              help="Floor the log-mels this many dB below each clip's peak (0: off), so digital-silence "
-                   "padding looks like a quiet noise floor. On FSDD 30-40 helps softmax, not the oscillator "
-                   "(docs/ablations.md section 36).")
-@click.option("--epochs", type=int, default=TrainConfig.epochs, show_default=True)
-@click.option("--batch-size", type=int, default=TrainConfig.batch_size, show_default=True)
-@click.option("--lr", type=float, default=TrainConfig.lr, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--no-augment", is_flag=True, help="Disable time shift, noise mixing and gain.")
-@click.option("--mixup", type=click.FloatRange(min=0), default=TrainConfig.mixup, show_default=True,
-              help="Mixup alpha: blend each feature batch with a shuffled copy, weight Beta(alpha, alpha); 0 = off. "
-                   "0.4 helps the oscillator on unseen real speakers (docs/ablations.md section 33).")
-@click.option("--init-from", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Start from the weights of a float checkpoint of the same network (e.g. trained on the "
-                   "synthetic set before real speech); a classifier for other classes starts afresh.")
+TRAIN_FLAGS = DATA_FLAGS + [
+    ("--attention", "model.attention", "Attention kind"),
+    ("--size", "model.size", "small: ~23k parameters; medium: ~170k"),
+    ("--d-osc", "model.d_osc", "Oscillator dimension"),
+    ("--p", "model.p", "Readout sharpening power"),
+    ("--positive", "model.positive", "Positive map of the coupling weights"),
+    ("--key-gate", "model.key_gate", None),
+    ("--dropout", "model.dropout", "Dropout rate"),
+    ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands; >0: that many MFCCs"),
+    ("--normalize", "features.normalize", "Per-clip mean subtraction of the features: over every frame "
+     "(utterance) or over the frames within 30 dB of the clip's loudest (active, log-mel only)"),
+    ("--floor-db", "features.floor_db", "Floor the log-mels this many dB below each clip's peak (0: off), so "
+     "digital-silence padding looks like a quiet noise floor"),
+    ("--epochs", "train.epochs", f"Training epochs (--qat: default {QAT_EPOCHS}; 0: PTQ only)"),
+    ("--batch-size", "train.batch_size", "Batch size"),
+    ("--lr", "train.lr", f"Peak learning rate (--qat: default {QAT_LR})"),
+    ("--weight-decay", "train.weight_decay", "AdamW weight decay"),
+    ("--patience", "train.patience", None),
+    ("--mixup", "train.mixup", None),
+    ("--seed", "train.seed", "Training seed"),
+    ("--device", "train.device", "Device"),
+    ("--init-from", "train.init_from", "Start from the weights of a float checkpoint of the same network (e.g. "
+     "trained on the synthetic set before real speech); a classifier for other classes starts afresh"),
+    ("--preset", "quant.preset", "--qat: quantization preset (edgeosc/quant.py)"),
+    ("--calib-batches", "quant.calibration_batches", "--qat: training batches that calibrate the activation scales"),
+]
+NO_AUGMENT = {"train.augment.noise_prob": 0.0, "train.augment.time_shift_ms": 0.0, "train.augment.gain_db": [0.0, 0.0]}
+
+
+@main.command(epilog="Every field of the data, features, model, train (train.augment.*) and quant configs is "
+                     "settable: --set SECTION.FIELD=VALUE or a --config TOML table; --print-config lists them "
+                     "with their values. With --qat, the file's [qat] table is the QAT run's training config.")
+@config_options(("data", "features", "model", "train", "quant"), TRAIN_FLAGS,
+                presets=[("--no-augment", NO_AUGMENT, "Disable time shift, noise mixing and gain.")])
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run folder (default runs/<dataset>-<attention>-<size>-s<seed>).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT/last.pt.")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.option("--qat", is_flag=True, help=f"Quantization-aware fine-tuning of --from (default {QAT_EPOCHS} epochs, "
               f"lr {QAT_LR}); --epochs 0: post-training quantization, calibration only.")
 @click.option("--from", "from_ckpt", type=click.Path(dir_okay=False), default=None,
               help="Float checkpoint --qat starts from; its model, features and data are used.")
-@click.option("--preset", type=click.Choice(QUANT_PRESETS), default=QuantConfig.preset, show_default=True,
-              help="Quantization preset (edgeosc/quant.py).")
-@click.option("--calib-batches", type=int, default=QuantConfig.calibration_batches, show_default=True,
-              help="Training batches that calibrate the activation scales before QAT.")
+@CACHE_DIR
+@QUIET
 @friendly_errors
-def train(cache_dir, attention, size, d_osc, p, positive, key_gate, n_mfcc, normalize, floor_db, epochs, batch_size,
-          lr, seed, device, no_augment, mixup, init_from, out, resume, quiet, qat, from_ckpt, preset, calib_batches,
-          **data_kw):
-    """Train a KWS model, keep the best checkpoint by validation accuracy, report test accuracy."""
+def train(settings, out, resume, qat, from_ckpt, cache_dir, quiet):
+    """Train a model: float, or QAT / PTQ of a float one with --qat.
+
+    Keeps the best checkpoint by validation accuracy and reports test accuracy.
+    """
     from .data import load_dataset
     from .evaluate import format_confusion
     from .train import train as run_train
-    data_cfg = make_data_cfg(**data_kw)
-    model_cfg = ModelConfig(attention=attention, size=size, d_osc=d_osc, p=p, positive=positive, key_gate=key_gate)
-    feature_cfg, build = FeatureConfig(n_mfcc=n_mfcc, normalize=normalize, floor_db=floor_db), None
+    build = None
     if qat or from_ckpt:
         from .checkpoint import load_checkpoint
         from .train import qat_builder
-        is_default = lambda name: click.get_current_context().get_parameter_source(name).name == "DEFAULT"  # noqa: E731
-        given = [n for n in ("attention", "size", "d_osc", "p", "positive", "key_gate", "n_mfcc", "normalize",
-                             "floor_db") if not is_default(n)]
-        if not (qat and from_ckpt) or given:
+        fixed = settings.describe("model") + settings.describe("features")
+        if not (qat and from_ckpt) or fixed:
             raise click.ClickException("--qat needs --from CHECKPOINT, which sets the model and features "
-                                       f"(drop {', '.join('--' + n.replace('_', '-') for n in given) or '--from'})")
+                                       f"(drop {', '.join(fixed) or '--from'})")
         src = load_checkpoint(from_ckpt)
-        model_cfg, feature_cfg = src.model_cfg, src.feature_cfg
-        if is_default("dataset") and not data_kw["data_dir"]:
-            data_cfg = src.data_cfg
-        epochs = QAT_EPOCHS if is_default("epochs") else epochs
-        lr = QAT_LR if is_default("lr") else lr
-        build = qat_builder(from_ckpt, QuantConfig(preset=preset, calibration_batches=calib_batches))
-        out = out or f"{Path(from_ckpt).parent}-{preset}-{'qat' if epochs else 'ptq'}"
-    out = Path(out or f"runs/{data_cfg.dataset}-{attention}-{size}-s{seed}")
+        cfg = settings.load(rename={"train": "qat"}, base={"data": src.data_cfg})  # this run's training: [qat]
+        data_cfg, model_cfg, feature_cfg, train_cfg = cfg.data, src.model_cfg, src.feature_cfg, cfg.qat
+        build = qat_builder(from_ckpt, cfg.quant)
+        out = out or f"{Path(from_ckpt).parent}-{cfg.quant.preset}-{'qat' if train_cfg.epochs else 'ptq'}"
+    else:
+        cfg = settings.load()
+        data_cfg, model_cfg, feature_cfg, train_cfg = cfg.data, cfg.model, cfg.features, cfg.train
+    out = Path(out or f"runs/{data_cfg.dataset}-{model_cfg.attention}-{model_cfg.size}-s{train_cfg.seed}")
     if not resume and (out / "last.pt").exists():
         raise click.ClickException(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     ds = load_dataset(data_cfg, cache_dir, progress=not quiet)
     click.echo(f"data: {describe(ds)}")
-    aug = AugmentConfig(noise_prob=0.0, time_shift_ms=0.0, gain_db=(0.0, 0.0)) if no_augment else AugmentConfig()
-    res = run_train(ds, out, model_cfg=model_cfg, feature_cfg=feature_cfg,
-                    train_cfg=TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device,
-                                          augment=aug, mixup=mixup, init_from=init_from and str(Path(init_from).resolve())),
-                    data_cfg=data_cfg, resume=resume, progress=not quiet, build=build)
+    res = run_train(ds, out, model_cfg=model_cfg, feature_cfg=feature_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
+                    resume=resume, progress=not quiet, build=build)
     click.echo(format_confusion(res["test_confusion"], res["classes"]))
     click.echo(f"{res['attention']} ({res['size']}{', ' + res['quant'] if res.get('quant') else ''}, "
                f"{res['parameters']} parameters): test accuracy {res['test_accuracy']:.4f} "
                f"on {res['test_n']} clips; best val {res['best_val_accuracy']:.4f}; run folder {out}")
 
 
+# ------------------------------------------------------------------------------------- eval
+
 @main.command("eval")
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
-@data_options
+@config_options(("data",), DATA_FLAGS, printable=False)
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--interpreter", type=click.Choice(["ai-edge-litert", "tflite-runtime", "tflite-micro"]), default=None,
               help="For a .tflite: the interpreter (default: the first installed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@CACHE_DIR
 @friendly_errors
-def eval_cmd(checkpoint, cache_dir, split, device, interpreter, as_json, **data_kw):
-    """Evaluate CHECKPOINT (a .pt, or an exported .tflite beside its manifest.json) on a split of its own
-    dataset (or of --dataset/--data-dir when given)."""
+def eval_cmd(checkpoint, settings, cache_dir, split, device, interpreter, as_json):
+    """Accuracy of a checkpoint or an exported .tflite on a data split.
+
+    CHECKPOINT is a .pt, or an exported .tflite beside its manifest.json. It is evaluated on a split of its own
+    dataset; data settings given here change it, another --dataset replaces it.
+    """
     from .data import load_dataset
     from .checkpoint import load_checkpoint
     from .evaluate import evaluate_checkpoint, evaluate_tflite, format_confusion
@@ -223,8 +529,7 @@ def eval_cmd(checkpoint, cache_dir, split, device, interpreter, as_json, **data_
             raise click.ClickException(f"{model_file}: no manifest.json beside it (export with `edgeosc export`)")
         checkpoint = json.loads(manifest.read_text())["source"]["path"]
     ckpt = load_checkpoint(checkpoint)
-    given = click.get_current_context().get_parameter_source("dataset").name != "DEFAULT" or data_kw["data_dir"]
-    data = load_dataset(make_data_cfg(**data_kw) if given else ckpt.data_cfg, cache_dir)
+    data = load_dataset(settings.load(base={"data": ckpt.data_cfg}).data, cache_dir)
     if model_file.suffix == ".tflite":
         res = evaluate_tflite(model_file, data, ckpt.feature_cfg, ckpt.classes, split, interpreter)
     else:
@@ -237,65 +542,190 @@ def eval_cmd(checkpoint, cache_dir, split, device, interpreter, as_json, **data_
     click.echo(f"{split} accuracy {res['accuracy']:.4f} on {res['n']} clips ({loss})")
 
 
-# ----------------------------------------------------------------------------- pipeline, compare
+# ---------------------------------------------------------------------------------- export
 
-@main.command()
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="TOML file with every option (edgeosc/pipeline.py); the options below override it.")
-@click.option("--dataset", type=click.Choice(DATASETS), default=None, help="Overrides [data] dataset.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Overrides [data] data_dir.")
-@click.option("--epochs", type=int, default=None, help="Overrides [train] epochs (float training).")
-@click.option("--qat-epochs", type=int, default=None, help="Overrides [qat] epochs.")
-@click.option("--set", "settings", multiple=True, metavar="SECTION.FIELD=VALUE",
-              help="Any other override, e.g. --set model.d_osc=2 (value parsed as TOML).")
-@click.option("--out", type=click.Path(file_okay=False), default="runs/pipeline", show_default=True)
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
-@click.option("--quiet", is_flag=True)
+@main.command("export")
+@click.argument("source", type=click.Path())
+@click.option("--format", "target", type=click.Choice(["onnx", "tflite", "c"]), default="onnx", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Export folder (default <run folder>/export-<format>; c: firmware_models/<name>).")
+@config_options(("export",), [("--opset", "export.opset", "ONNX opset")], printable=False)
+@click.option("--name", default=None, help="c: the model's C name (default the --out folder's, or SOURCE's stem).")
+@click.option("--no-fuse", is_flag=True, help="c: run the attention cores op by op, not as fused row kernels.")
 @friendly_errors
-def pipeline(config_path, dataset, data_dir, epochs, qat_epochs, settings, out, cache_dir, quiet):
-    """The main job: data -> float training of the oscillator and softmax models -> QAT -> every export ->
-    parity checks -> latency -> the compare report. Re-running skips what is done and resumes what was cut."""
-    import tomllib
-    from .pipeline import PipelineError, load_config, run_pipeline
-    overrides = {k: v for k, v in (("data.dataset", dataset), ("data.data_dir", data_dir), ("train.epochs", epochs),
-                                   ("qat.epochs", qat_epochs)) if v is not None}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{item!r}: expected SECTION.FIELD=VALUE", param_hint="--set")
+def export_cmd(source, settings, target, out, name, no_fuse):
+    """Export a checkpoint as ONNX, TFLite or C firmware.
+
+    SOURCE is a run folder's best.pt, or a checkpoint; for c also an int8 .tflite.
+
+    ONNX: float.onnx, int8_qcdq.onnx (QAT/PTQ checkpoints) and, for oscillator networks, *_op.onnx with
+    the core as one ai.edgeosc::OscillatorAttention node (export/oscillator_attention.md).
+
+    TFLite: float.tflite, int8.tflite (QAT/PTQ checkpoints; full-integer, builtin ops, the QAT scales) and,
+    for oscillator networks, int8_custom.tflite with the core as one EdgeOscAttention custom op
+    (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter.
+
+    C: firmware_models/<name>/ (int8 TFLite graph -> C99 kernels calls, weights, generated settings,
+    static arena; bit-exact with TFLite Micro), from int8.tflite, int8_custom.tflite or a QAT checkpoint.
+    """
+    if target == "c":
+        return export_c(Path(source), out, name, not no_fuse)
+    from .export import MANIFEST, export_checkpoint
+    folder = export_checkpoint(source, out, target, settings.load().export)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    for name, info in manifest["files"].items():
+        click.echo(f"{folder / name}  {info['bytes']:>9} bytes  sha256 {info['sha256'][:12]}")
+
+
+def export_c(source: Path, out, name, fuse: bool) -> None:
+    from .cbuild import FIRMWARE
+    from .export import MANIFEST, export_checkpoint
+    from .export import c as firmware
+    if source.suffix == ".tflite":
+        name = firmware.c_name(name or (Path(out).name if out else source.stem))
+        folder = Path(out or FIRMWARE / name)
+        manifest = source.parent / MANIFEST  # written beside the .tflite by an export of its checkpoint
+        features = (from_dict(FeatureConfig, json.loads(manifest.read_text())["feature_config"])
+                    if manifest.is_file() else None)
+        if features is None:
+            click.echo(f"no {MANIFEST} beside {source}: its features are unknown, so no front end is written "
+                       "(export the checkpoint instead to get one)", err=True)
+        firmware.generate(source, folder, name, fuse=fuse, features=features)
+    else:
+        run = source if source.is_dir() else source.parent
+        folder = Path(out or FIRMWARE / firmware.c_name(name or run.name))
+        export_checkpoint(source, folder, "c")
+    info = json.loads((folder / firmware.INFO).read_text())
+    click.echo(f"{folder}: {info['name']}, {info['calls']} kernel calls for {info['ops']} TFLite ops")
+    click.echo(f"flash: {info['const_bytes'] + info['param_bytes']} bytes of weights, tables and parameters "
+               f"(+ kernel code: make -C firmware_models cortex-m4 sizes)")
+    click.echo(f"RAM:   {info['arena_bytes']} bytes of arena (activations, input, output, scratch; + stack)")
+
+
+# ------------------------------------------------------------------------------------ bench
+
+@main.group(cls=Ordered, renamed={"*": "name what to time: `models MODEL...`, `pair OSC SOFTMAX` or `attention`"})
+def bench():
+    """Time exported models, oscillator vs softmax, attention cores.
+
+    models: latency, memory and energy of model files (torch-free, also on a Pi); pair: oscillator vs softmax
+    exports on every runtime, as ratios; attention: the attention cores alone in torch.
+    """
+
+
+@bench.command("models")
+@click.argument("models", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--runtime", "runtimes", multiple=True,
+              type=click.Choice(["onnxruntime", "ai-edge-litert", "tflite-runtime", "tflite-micro"]),
+              help="Runtimes to time (repeatable; default every installed one that takes the file).")
+@click.option("--runs", type=int, default=200, show_default=True, help="Timed runs per model, after warm-up.")
+@click.option("--warmup", type=int, default=20, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True)
+@click.option("--no-memory", is_flag=True, help="Skip the peak-memory probe (a subprocess per model).")
+@click.option("--power", type=click.Choice(["ina219", "ina260", "pmic"]), default=None,
+              help="Measure energy per inference: an INA219/INA260 on I2C (smbus2) or the Raspberry Pi 5 PMIC.")
+@click.option("--power-log", type=click.Path(dir_okay=False), default=None,
+              help="Or: a power meter's CSV log (timestamp + watts, or volts and amps) written during the run.")
+@click.option("--power-offset", type=float, default=0.0, show_default=True,
+              help="Seconds to add to the log's timestamps to reach this machine's monotonic clock.")
+@click.option("--i2c-bus", type=int, default=1, show_default=True)
+@click.option("--shunt-ohms", type=float, default=0.1, show_default=True, help="INA219 shunt resistor.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write results here.")
+@friendly_errors
+def bench_models(models, runtimes, runs, warmup, threads, no_memory, power, power_log, power_offset, i2c_bus,
+                 shunt_ohms, json_path):
+    """Latency, memory, energy of .tflite / .onnx files (torch-free).
+
+    Batch 1, runs as is on a Raspberry Pi. Min/median/p90/p99 of interleaved runs, resident memory, size and the system; with --power or --power-log
+    the energy per inference (measured, idle power subtracted). Needs only numpy and a runtime.
+    """
+    from .bench import power as pw
+    from .bench.latency import bench as run_bench, format_table
+    monitor = {"ina219": lambda: pw.INA219Monitor(i2c_bus, shunt_ohms=shunt_ohms),
+               "ina260": lambda: pw.INA260Monitor(i2c_bus), "pmic": pw.PMICMonitor, None: None}[power]
+    if power_log:
+        monitor = lambda: pw.CSVLogMonitor(power_log, offset_s=power_offset)  # noqa: E731
+    elif monitor is not None:  # fail before the benchmark, in one line, when the sensor is not there
         try:
-            overrides[key.strip()] = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
-            overrides[key.strip()] = value  # a bare word: a string
-    cfg = load_config(config_path, overrides)
-    try:
-        report = run_pipeline(cfg, out, cache_dir, progress=not quiet, echo=click.echo)
-    except PipelineError as e:
-        raise click.ClickException(str(e)) from None
-    click.echo(f"report: {report}")
+            probe = monitor()
+            probe.start()
+            probe.stop()
+        except (RuntimeError, ImportError, OSError) as e:
+            raise click.ClickException(f"--power {power}: {e}") from None
+    report = run_bench(list(models), list(runtimes) or None, runs, threads, warmup, memory=not no_memory,
+                       power=monitor)
+    click.echo(format_table(report))
+    if json_path:
+        from .io import write_json
+        write_json(json_path, report)
+        click.echo(f"results: {json_path}")
 
 
-@main.command()
+@bench.command("pair")
+@click.argument("oscillator", type=click.Path(exists=True, file_okay=False))
+@click.argument("softmax", type=click.Path(exists=True, file_okay=False))
+@click.option("--runs", type=int, default=200, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def bench_pair(oscillator, softmax, runs, threads, as_json):
+    """Oscillator vs softmax exports on every runtime, as ratios.
+
+    Batch 1, interleaved runs. OSCILLATOR and SOFTMAX are run or export folders; onnxruntime times their .onnx files, ai-edge-litert,
+    tflite-runtime and tflite-micro their .tflite files.
+    """
+    from .bench.latency import compare
+    rows = compare(oscillator, softmax, runs, threads, echo=(lambda *_: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+
+
+@bench.command("attention")
+@click.option("--repeats", type=int, default=20, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True)
+def bench_attention(repeats, threads):
+    """Attention cores alone in torch, as ratios.
+
+    Direct vs factorized oscillator attention vs softmax attention, one run.
+    """
+    from .bench.microbench import attention_microbench
+    attention_microbench(repeats=repeats, threads=threads, echo=click.echo)
+
+
+# ----------------------------------------------------------------------------------- report
+
+@main.group(cls=Ordered)
+def report():
+    """Oscillator-vs-softmax report; accuracy over seeds.
+
+    write: (re)write a pipeline run's report, with board measurements; seeds: mean +- std of test accuracy
+    over seeds, per setting, of any run folders.
+    """
+
+
+@report.command("write")
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.option("--board", "boards", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="A bench JSON measured on a board (`edgeosc bench --json` on a Raspberry Pi); repeatable.")
+              help="A bench JSON measured on a board (`edgeosc bench models --json` on a Raspberry Pi); repeatable.")
 @friendly_errors
-def compare(run, boards):
-    """(Re)write RUN's oscillator-vs-softmax report (Markdown, JSON, plots), merging board measurements."""
+def report_write(run, boards):
+    """(Re)write a pipeline run's report, with board measurements.
+
+    RUN/report/: the oscillator-vs-softmax report (Markdown, JSON, plots), merging the bench JSONs measured
+    on boards.
+    """
     from .report import write_report
     click.echo(f"report: {write_report(run, None, boards)}")
 
 
-# ------------------------------------------------------------------------------------ summary
-
-@main.command()
+@report.command("seeds")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True)
 @friendly_errors
-def summary(run_dirs, as_json):
-    """Mean and spread of test accuracy over seeds, grouped by dataset, attention, size, d_osc, p.
+def report_seeds(run_dirs, as_json):
+    """Mean +- std of test accuracy over seeds, per setting.
 
-    RUN_DIRS are run folders or folders holding them (searched for results.json).
+    Grouped by dataset, attention, size, d_osc, p. RUN_DIRS are run folders or folders holding them (searched for results.json).
     """
     from .checkpoint import load_checkpoint
     from .train import read_results
@@ -324,147 +754,7 @@ def summary(run_dirs, as_json):
                    f"{r['mean']:6.2f} +- {r['std']:.2f}")
 
 
-@main.command()
-@click.argument("config", type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Sweep folder (default runs/sweep-<name>).")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None)
-@click.option("--ray-address", default=None,
-              help="Run the grid as Ray Tune trials: 'local' starts Ray here, else a cluster address (ray://... or host:port).")
-@click.option("--gpus-per-run", type=float, default=0.0, show_default=True, help="GPUs per Ray trial.")
-@click.option("--quiet", is_flag=True)
-@friendly_errors
-def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
-    """Train a grid of runs from a TOML sweep file (see sweeps/); write results.csv/json, accuracy.png
-    and training.png (loss and largest gradient norm per epoch).
-
-    Finished runs are skipped and unfinished ones resumed, so an interrupted sweep continues where it stopped.
-    """
-    from .sweep import run_sweep
-    out = Path(out or f"runs/sweep-{Path(config).stem}")
-    rows = run_sweep(config, out, cache_dir, progress=not quiet, echo=click.echo, ray_address=ray_address,
-                     gpus_per_run=gpus_per_run)
-    click.echo(f"{len(rows)} runs; table {out / 'results.csv'}, plots {out / 'accuracy.png'}, {out / 'training.png'}")
-
-
-# ---------------------------------------------------------------------------------- export
-
-@main.command("export")
-@click.argument("source", type=click.Path())
-@click.option("--format", "target", type=click.Choice(["onnx", "tflite", "c"]), default="onnx", show_default=True)
-@click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Export folder (default <run folder>/export-<format>; c: firmware_models/<name>).")
-@click.option("--opset", type=int, default=ExportConfig.opset, show_default=True, help="ONNX opset.")
-@click.option("--name", default=None, help="c: the model's C name (default the --out folder's, or SOURCE's stem).")
-@click.option("--no-fuse", is_flag=True, help="c: run the attention cores op by op, not as fused row kernels.")
-@friendly_errors
-def export_cmd(source, target, out, opset, name, no_fuse):
-    """Export SOURCE (a run folder's best.pt, or a checkpoint; for c also an int8 .tflite) as model files.
-
-    ONNX: float.onnx, int8_qcdq.onnx (QAT/PTQ checkpoints) and, for oscillator networks, *_op.onnx with
-    the core as one ai.edgeosc::OscillatorAttention node (export/oscillator_attention.md).
-
-    TFLite: float.tflite, int8.tflite (QAT/PTQ checkpoints; full-integer, builtin ops, the QAT scales) and,
-    for oscillator networks, int8_custom.tflite with the core as one EdgeOscAttention custom op
-    (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter.
-
-    C: firmware_models/<name>/ (int8 TFLite graph -> C99 kernels calls, weights, generated settings,
-    static arena; bit-exact with TFLite Micro), from int8.tflite, int8_custom.tflite or a QAT checkpoint.
-    """
-    if target == "c":
-        return export_c(Path(source), out, name, not no_fuse)
-    from .export import MANIFEST, export_checkpoint
-    folder = export_checkpoint(source, out, target, ExportConfig(opset=opset))
-    manifest = json.loads((folder / MANIFEST).read_text())
-    for name, info in manifest["files"].items():
-        click.echo(f"{folder / name}  {info['bytes']:>9} bytes  sha256 {info['sha256'][:12]}")
-
-
-def export_c(source: Path, out, name, fuse: bool) -> None:
-    from .cbuild import FIRMWARE
-    from .config import from_dict
-    from .export import MANIFEST, export_checkpoint
-    from .export import c as firmware
-    if source.suffix == ".tflite":
-        name = firmware.c_name(name or (Path(out).name if out else source.stem))
-        folder = Path(out or FIRMWARE / name)
-        manifest = source.parent / MANIFEST  # written beside the .tflite by an export of its checkpoint
-        features = (from_dict(FeatureConfig, json.loads(manifest.read_text())["feature_config"])
-                    if manifest.is_file() else None)
-        if features is None:
-            click.echo(f"no {MANIFEST} beside {source}: its features are unknown, so no front end is written "
-                       "(export the checkpoint instead to get one)", err=True)
-        firmware.generate(source, folder, name, fuse=fuse, features=features)
-    else:
-        run = source if source.is_dir() else source.parent
-        folder = Path(out or FIRMWARE / firmware.c_name(name or run.name))
-        export_checkpoint(source, folder, "c")
-    info = json.loads((folder / firmware.INFO).read_text())
-    click.echo(f"{folder}: {info['name']}, {info['calls']} kernel calls for {info['ops']} TFLite ops")
-    click.echo(f"flash: {info['const_bytes'] + info['param_bytes']} bytes of weights, tables and parameters "
-               f"(+ kernel code: make -C firmware_models cortex-m4 sizes)")
-    click.echo(f"RAM:   {info['arena_bytes']} bytes of arena (activations, input, output, scratch; + stack)")
-
-
-@main.command("export-bench")
-@click.argument("oscillator", type=click.Path(exists=True, file_okay=False))
-@click.argument("softmax", type=click.Path(exists=True, file_okay=False))
-@click.option("--runs", type=int, default=200, show_default=True)
-@click.option("--threads", type=int, default=1, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-@friendly_errors
-def export_bench(oscillator, softmax, runs, threads, as_json):
-    """Latency at batch 1 of OSCILLATOR vs SOFTMAX exports (run or export folders) on every installed
-    runtime (onnxruntime for .onnx; ai-edge-litert, tflite-runtime, tflite-micro for .tflite), interleaved, as ratios."""
-    from .bench.latency import compare
-    rows = compare(oscillator, softmax, runs, threads, echo=(lambda *_: None) if as_json else click.echo)
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
-
-
-@main.command("bench")
-@click.argument("models", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--runtime", "runtimes", multiple=True,
-              type=click.Choice(["onnxruntime", "ai-edge-litert", "tflite-runtime", "tflite-micro"]),
-              help="Runtimes to time (repeatable; default every installed one that takes the file).")
-@click.option("--runs", type=int, default=200, show_default=True, help="Timed runs per model, after warm-up.")
-@click.option("--warmup", type=int, default=20, show_default=True)
-@click.option("--threads", type=int, default=1, show_default=True)
-@click.option("--no-memory", is_flag=True, help="Skip the peak-memory probe (a subprocess per model).")
-@click.option("--power", type=click.Choice(["ina219", "ina260", "pmic"]), default=None,
-              help="Measure energy per inference: an INA219/INA260 on I2C (smbus2) or the Raspberry Pi 5 PMIC.")
-@click.option("--power-log", type=click.Path(dir_okay=False), default=None,
-              help="Or: a power meter's CSV log (timestamp + watts, or volts and amps) written during the run.")
-@click.option("--power-offset", type=float, default=0.0, show_default=True,
-              help="Seconds to add to the log's timestamps to reach this machine's monotonic clock.")
-@click.option("--i2c-bus", type=int, default=1, show_default=True)
-@click.option("--shunt-ohms", type=float, default=0.1, show_default=True, help="INA219 shunt resistor.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write results here.")
-@friendly_errors
-def bench_cmd(models, runtimes, runs, warmup, threads, no_memory, power, power_log, power_offset, i2c_bus,
-              shunt_ohms, json_path):
-    """Latency of exported MODELS (.onnx, .tflite) at batch 1: min/median/p90/p99 of interleaved runs,
-    resident memory, size and the system; with --power or --power-log the energy per inference (measured,
-    idle power subtracted). Needs only numpy and a runtime (no torch): it runs as is on a Raspberry Pi."""
-    from .bench import power as pw
-    from .bench.latency import bench, format_table
-    monitor = {"ina219": lambda: pw.INA219Monitor(i2c_bus, shunt_ohms=shunt_ohms),
-               "ina260": lambda: pw.INA260Monitor(i2c_bus), "pmic": pw.PMICMonitor, None: None}[power]
-    if power_log:
-        monitor = lambda: pw.CSVLogMonitor(power_log, offset_s=power_offset)  # noqa: E731
-    elif monitor is not None:  # fail before the benchmark, in one line, when the sensor is not there
-        try:
-            probe = monitor()
-            probe.start()
-            probe.stop()
-        except (RuntimeError, ImportError, OSError) as e:
-            raise click.ClickException(f"--power {power}: {e}") from None
-    report = bench(list(models), list(runtimes) or None, runs, threads, warmup, memory=not no_memory, power=monitor)
-    click.echo(format_table(report))
-    if json_path:
-        from .io import write_json
-        write_json(json_path, report)
-        click.echo(f"results: {json_path}")
-
+# ---------------------------------------------------------------------------- deploy, listen
 
 @main.command()
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
@@ -472,9 +762,12 @@ def bench_cmd(models, runtimes, runs, warmup, threads, no_memory, power, power_l
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Bundle folder (default RUN/rpi-bundle).")
 @friendly_errors
 def deploy(run, target, out):
-    """Make a self-contained folder (and .tar.gz) from a pipeline RUN to copy onto a Raspberry Pi: the int8
-    models, a lean requirements.txt (numpy + ai-edge-litert, no torch), the bench and power-measurement entry
-    point (run_bench.sh) and a README; `edgeosc compare RUN --board results/bench-<host>.json` merges what it measures."""
+    """Bundle a pipeline run for a Raspberry Pi.
+
+    A folder (and .tar.gz) made from RUN holds the int8 models, a lean requirements.txt (numpy + ai-edge-litert, no torch), the bench and
+    power-measurement entry point (run_bench.sh) and a README; `edgeosc report write RUN --board
+    results/bench-<host>.json` merges what it measures.
+    """
     from .deploy import build_bundle
     folder = build_bundle(run, out)
     click.echo(f"bundle: {folder} (and {folder.with_suffix('.tar.gz')}); on the Pi: see {folder / 'README.md'}")
@@ -490,9 +783,11 @@ def deploy(run, target, out):
 @click.option("--smooth", type=int, default=3, show_default=True, help="Posteriors averaged over this many hops.")
 @friendly_errors
 def listen(model, wav, mic, hop_ms, threshold, smooth):
-    """Streaming keyword spotting with MODEL (a .pt checkpoint, or an exported .tflite beside its
-    manifest.json): a sliding window every hop, smoothed posteriors, detections with timestamps and
-    per-hop latency. Only the new feature frames are computed each hop."""
+    """Streaming keyword spotting on a WAV file or the microphone.
+
+    MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json. A sliding window every hop, smoothed posteriors, detections with timestamps and per-hop latency. Only
+    the new feature frames are computed each hop.
+    """
     from .stream import listen_command
     if model.endswith(".pt"):
         import torch
@@ -500,22 +795,67 @@ def listen(model, wav, mic, hop_ms, threshold, smooth):
     listen_command(model, wav, hop_ms, threshold, smooth, mic, echo=click.echo)
 
 
-# --------------------------------------------------------------------------- core benchmarks
+# --------------------------------------------------------------------------- pipeline, sweep
 
 @main.command()
-@click.option("--repeats", type=int, default=20, show_default=True)
-@click.option("--threads", type=int, default=1, show_default=True)
-def microbench(repeats, threads):
-    """Time direct vs factorized oscillator attention vs softmax attention (one run, as ratios)."""
-    from .bench.microbench import attention_microbench
-    attention_microbench(repeats=repeats, threads=threads, echo=click.echo)
+@config_options(tuple(sections()), [DATA_FLAGS[0], DATA_FLAGS[1], ("--epochs", "train.epochs", "Float training epochs"),
+                                    ("--qat-epochs", "qat.epochs", "QAT epochs")])
+@click.option("--out", type=click.Path(file_okay=False), default="runs/pipeline", show_default=True)
+@CACHE_DIR
+@QUIET
+@friendly_errors
+def pipeline(settings, out, cache_dir, quiet):
+    """The whole job, staged and resumable: data to report.
+
+    data -> float training (oscillator and softmax) -> QAT -> exports -> parity -> latency -> report. Re-running skips what is done and resumes what was cut; the config file is TOML with one table per
+    section (edgeosc/pipeline.py).
+    """
+    from .pipeline import PipelineError, run_pipeline
+    cfg = settings.load()
+    try:
+        path = run_pipeline(cfg, out, cache_dir, progress=not quiet, echo=click.echo)
+    except PipelineError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"report: {path}")
 
 
 @main.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Sweep folder (default runs/sweep-<name>).")
+@CACHE_DIR
+@click.option("--ray-address", default=None,
+              help="Run the grid as Ray Tune trials: 'local' starts Ray here, else a cluster address (ray://... or host:port).")
+@click.option("--gpus-per-run", type=float, default=0.0, show_default=True, help="GPUs per Ray trial.")
+@QUIET
+@friendly_errors
+def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
+    """Train a grid of runs over config fields (TOML; Ray optional).
+
+    CONFIG is a sweep file (see sweeps/); the runs train in-process, or as Ray Tune trials. Writes results.csv/json, accuracy.png and training.png (loss and largest gradient norm per epoch).
+    Finished runs are skipped and unfinished ones resumed, so an interrupted sweep continues where it stopped.
+    """
+    from .sweep import run_sweep
+    out = Path(out or f"runs/sweep-{Path(config).stem}")
+    rows = run_sweep(config, out, cache_dir, progress=not quiet, echo=click.echo, ray_address=ray_address,
+                     gpus_per_run=gpus_per_run)
+    click.echo(f"{len(rows)} runs; table {out / 'results.csv'}, plots {out / 'accuracy.png'}, {out / 'training.png'}")
+
+
+# -------------------------------------------------------------------------------------- lab
+
+@main.group(cls=Ordered)
+def lab():
+    """Research tools (oscillator dynamics)."""
+
+
+@lab.command()
 @click.option("--samples", type=int, default=2000, show_default=True)
 @click.option("--delta", type=float, default=0.1, show_default=True, help="Failure-mode threshold.")
 def dynamics(samples, delta):
-    """Integrate the Lohe flow: closed-form error, convergence time and failure modes vs d_osc."""
+    """Lohe flow: closed-form check, convergence vs d_osc.
+
+    Integrates the flow: closed-form error, convergence time and failure modes for each d_osc.
+    """
     from .dynamics import convergence_study
     click.echo(f"{'d_osc':>5} {'max rel err':>12} {'mean t':>8} {'p95 t':>8} {'P(|h|<delta)':>13} {'P(near -z*)':>12}")
     for d in (2, 3, 4, 8, 16, 32):

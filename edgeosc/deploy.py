@@ -25,7 +25,7 @@ def _readme(kinds: list[str]) -> str:
     return f"""# edgeosc Raspberry Pi bundle
 
 Int8 keyword-spotting models ({", ".join(kinds)}) and the torch-free benchmark that measured them on
-the build machine. Run it on the Pi, bring `results/` back, and `edgeosc compare RUN --board
+the build machine. Run it on the Pi, bring `results/` back, and `edgeosc report write RUN --board
 results/bench-<host>.json` adds the Pi's measurements (labelled measured, with the board named) to the
 report.
 
@@ -78,7 +78,7 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
 set -e
 cd "$(dirname "$0")"
 mkdir -p results
-python -m edgeosc bench {models} --runs 500 --json "results/bench-$(hostname).json" "$@"
+python -m edgeosc bench models {models} --runs 500 --json "results/bench-$(hostname).json" "$@"
 """)
     script.chmod(0o755)
     (out / "results").mkdir()

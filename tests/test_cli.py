@@ -19,11 +19,77 @@ def assert_one_line_error(res, *needles):
         assert needle in res.output, res.output
 
 
+COMMANDS = ([], ["data"], ["data", "synth"], ["data", "info"], ["train"], ["eval"], ["export"], ["bench"],
+            ["bench", "models"], ["bench", "pair"], ["bench", "attention"], ["report"], ["report", "write"],
+            ["report", "seeds"], ["deploy"], ["listen"], ["pipeline"], ["sweep"], ["lab"], ["lab", "dynamics"])
+
+
 def test_help_explains_every_command():
-    for cmd in ([], ["train"], ["eval"], ["data", "synth"], ["data", "info"], ["pipeline"], ["compare"], ["bench"], ["listen"],
-                ["summary"], ["microbench"], ["export"], ["export-bench"]):
+    for cmd in COMMANDS:
         res = invoke(*cmd, "--help")
-        assert res.exit_code == 0 and "Usage:" in res.output and len(res.output.splitlines()) > 3
+        assert res.exit_code == 0 and "Usage:" in res.output and len(res.output.splitlines()) > 3, cmd
+    top = invoke("--help").output
+    listed = [line.split()[0] for line in top.split("Commands:")[1].splitlines() if line.strip()]
+    assert listed == ["data", "train", "eval", "export", "bench", "report", "deploy", "listen", "pipeline", "sweep",
+                      "lab"]  # the pipeline's order
+    for cmd in COMMANDS:  # every one-line help fits its listing
+        res = invoke(*cmd, "--help").output
+        assert "Commands:" not in res or "..." not in res.split("Commands:")[1], cmd
+
+
+def test_renamed_commands_say_their_new_name():
+    for old, new in (("compare", "report write"), ("summary", "report seeds"), ("export-bench", "bench pair"),
+                     ("microbench", "bench attention"), ("dynamics", "lab dynamics")):
+        assert_one_line_error(invoke(old), f"edgeosc {new}")
+    assert_one_line_error(invoke("bench", "model.tflite"), "models MODEL")
+
+
+def print_config(*args):
+    import tomllib
+    res = invoke("train", "--print-config", *args)
+    assert res.exit_code == 0, res.output
+    return tomllib.loads(res.output)
+
+
+def test_every_config_field_reaches_train(tmp_path):
+    import dataclasses
+    from edgeosc.config import AugmentConfig, DataConfig, QuantConfig
+    cfg = print_config()
+    assert cfg["model"]["dropout"] == ModelConfig.dropout and cfg["train"]["patience"] == TrainConfig.patience
+    for name, cls in {"data": DataConfig, "features": FeatureConfig, "model": ModelConfig, "train": TrainConfig,
+                      "quant": QuantConfig, "train.augment": AugmentConfig}.items():
+        table = cfg
+        for part in name.split("."):
+            table = table[part]
+        unset = {f.name for f in dataclasses.fields(cls) if f.default is None}  # printed as comments
+        assert {f.name for f in dataclasses.fields(cls)} - unset == set(table), name
+    # the flags that were missing, and --set for any field, nested ones included
+    got = print_config("--dropout", 0.3, "--weight-decay", 0.01, "--patience", 5, "--set", "model.dropout=0.2",
+                       "--set", "train.augment.freq_masks=2", "--set", "data.task=digits", "--set", "quant.preset=w4a8",
+                       "--test-speakers", "george,jackson", "--no-augment")
+    assert got["model"]["dropout"] == 0.2 and got["train"]["weight_decay"] == 0.01 and got["train"]["patience"] == 5
+    assert got["train"]["augment"]["freq_masks"] == 2 and got["train"]["augment"]["noise_prob"] == 0.0
+    assert got["data"]["task"] == "digits" and got["data"]["test_speakers"] == ["george", "jackson"]
+    assert got["quant"]["preset"] == "w4a8"
+    # a pipeline-style file, overridden by flags; its other tables are allowed
+    (tmp_path / "c.toml").write_text('kinds = ["softmax"]\n[model]\nd_osc = 2\nkey_gate = true\n'
+                                     '[train]\nepochs = 3\nmixup = 0.4\n[bench]\nruns = 5\n')
+    got = print_config("--config", tmp_path / "c.toml", "--epochs", 1)
+    assert got["model"]["d_osc"] == 2 and got["model"]["key_gate"] and got["train"]["mixup"] == 0.4
+    assert got["train"]["epochs"] == 1
+
+
+def test_bad_settings_name_the_setting(tmp_path):
+    assert_one_line_error(invoke("train", "--set", "model.dropuot=0.2"), "model.dropuot", "dropout")
+    assert_one_line_error(invoke("train", "--set", "bench.runs=3"), "bench", "data, features, model, train, quant")
+    assert_one_line_error(invoke("train", "--set", "model.d_osc"), "SECTION.FIELD=VALUE")
+    assert_one_line_error(invoke("train", "--set", "train.lr=fast"), "TrainConfig.lr must be float", "--set train.lr=fast")
+    assert_one_line_error(invoke("train", "--set", "model.size=huge"), "small, medium")
+    assert_one_line_error(invoke("train", "--key-gate", "--attention", "softmax"), "key_gate", "--key-gate")
+    (tmp_path / "bad.toml").write_text("[model]\nd_os = 2\n")
+    assert_one_line_error(invoke("train", "--config", tmp_path / "bad.toml"), "bad.toml", "d_os")
+    assert_one_line_error(invoke("data", "synth", "--set", "data.dataset=fsdd", "--set", f"data.data_dir={tmp_path}"),
+                          "data info")
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # the junk file below

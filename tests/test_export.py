@@ -123,7 +123,7 @@ def test_bad_files_and_inputs_give_clear_errors(runs, tmp_path):
     for folder, needle in ((tmp_path / "empty", "no exported model"), (tmp_path / "cut", "cut/float.onnx: not a readable")):
         (tmp_path / "cut").mkdir(exist_ok=True)
         (tmp_path / "cut" / "float.onnx").write_bytes(good.read_bytes()[:5000])
-        res = CliRunner().invoke(main, ["export-bench", str(folder), str(folder)])
+        res = CliRunner().invoke(main, ["bench", "pair", str(folder), str(folder)])
         assert res.exit_code == 1 and needle in res.output and len(res.output.splitlines()) == 1, res.output
 
 

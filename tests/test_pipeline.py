@@ -127,7 +127,7 @@ def test_rpi_bundle_runs_in_a_fresh_venv_with_only_its_requirements(whole, tmp_p
     report = json.loads(results[0].read_text())
     assert {r["runtime"] for r in report["results"]} == {"ai-edge-litert"} and len(report["results"]) == 2
     # back home: the board's numbers join the report, labelled with the board
-    res = CliRunner().invoke(main, ["compare", str(whole), "--board", str(results[0])])
+    res = CliRunner().invoke(main, ["report", "write", str(whole), "--board", str(results[0])])
     assert res.exit_code == 0, res.output
     assert "## Measured on a board" in (whole / "report" / "report.md").read_text()
 

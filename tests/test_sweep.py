@@ -59,7 +59,7 @@ def test_run_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
     history = json.loads((tmp_path / "out" / rows[0]["run"] / "metrics.json").read_text())
     assert rows[0]["max_grad_norm"] == max(e["max_grad_norm"] for e in history) > 0
     assert rows[0]["final_train_loss"] == history[-1]["train_loss"]
-    table = CliRunner().invoke(main, ["summary", str(tmp_path / "out")])
+    table = CliRunner().invoke(main, ["report", "seeds", str(tmp_path / "out")])
     assert table.exit_code == 0 and table.output.count("synth") == 3, table.output
     said = []
     again = sweep.run_sweep(spec, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False, echo=said.append)

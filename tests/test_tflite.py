@@ -133,7 +133,7 @@ def test_latency_compare_covers_every_interpreter(files):
 def test_bench_reports_latency_memory_and_system(files, tmp_path):
     files, _ = files
     model = files["oscillator"]["dir"] / "int8.tflite"
-    res = CliRunner().invoke(main, ["bench", str(model), "--runs", "5", "--runtime", "tflite-micro",
+    res = CliRunner().invoke(main, ["bench", "models", str(model), "--runs", "5", "--runtime", "tflite-micro",
                                     "--runtime", "tflite-runtime", "--json", str(tmp_path / "b.json")])
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "b.json").read_text())
@@ -178,5 +178,5 @@ def test_bench_without_its_power_sensor_says_so_in_one_line(files, monkeypatch):
     files, _ = files
     monkeypatch.setattr("edgeosc.bench.power._vcgencmd_pmic", lambda: (_ for _ in ()).throw(
         RuntimeError("vcgencmd not found")))
-    res = CliRunner().invoke(main, ["bench", str(files["softmax"]["dir"] / "int8.tflite"), "--power", "pmic"])
+    res = CliRunner().invoke(main, ["bench", "models", str(files["softmax"]["dir"] / "int8.tflite"), "--power", "pmic"])
     assert res.exit_code == 1 and "--power pmic: vcgencmd not found" in res.output and len(res.output.splitlines()) == 1
