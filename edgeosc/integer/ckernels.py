@@ -8,6 +8,7 @@ import numpy as np
 
 from ..cbuild import CORE_SOURCES, build_shared
 from . import reference as R
+from . import schema as S
 
 ROUNDING = {"away": 0, "up": 1, "single": 2}  # EdgeoscRounding
 
@@ -18,25 +19,23 @@ class Requant(ctypes.Structure):
 
 _i32 = ctypes.c_int32
 _p8 = ctypes.POINTER(ctypes.c_int8)
+CTYPES = {"int32": _i32, "int8*": _p8, "int32*": ctypes.POINTER(_i32), "Requant": Requant}
 
 
-class OscParams(ctypes.Structure):
-    """Mirror of EdgeoscOscParams (edgeosc_attention.h); keep the field order in sync."""
-    _fields_ = [*[(n, _i32) for n in ("heads", "tokens", "d_head", "d_osc", "d_value")],
-                *[(n, _p8) for n in ("table_w", "table_c", "table_inv")],
-                *[(f"zp_{n}", _i32) for n in ("q", "k", "v", "r", "qk", "w", "h", "zr", "c", "sum", "inv", "a", "out")],
-                ("ones", _i32),
-                *[(f"rq_{n}", Requant) for n in ("qk", "h", "zr", "sum", "a", "out")],
-                ("round_matmul", _i32), ("round_sum", _i32), ("round_mul", _i32)]
+def mirror(core: S.Core) -> type:
+    """The ctypes mirror of a core's C struct, generated from its schema (edgeosc/integer/schema.py)."""
+    return type(core.struct.removeprefix("Edgeosc"), (ctypes.Structure,),
+                {"_fields_": [(f.name, CTYPES[f.ctype]) for f in core.fields],
+                 "__doc__": f"Mirror of {core.struct} (edgeosc_attention.h), made from schema.{core.struct}."})
 
 
-class SoftmaxParams(ctypes.Structure):
-    """Mirror of EdgeoscSoftmaxParams."""
-    _fields_ = [*[(n, _i32) for n in ("heads", "tokens", "d_head", "d_value")],
-                *[(f"zp_{n}", _i32) for n in ("q", "k", "v", "qk", "out")],
-                ("rq_qk", Requant), ("rq_out", Requant),
-                *[(n, _i32) for n in ("beta_multiplier", "beta_left_shift", "diff_min", "round_matmul")],
-                ("exp_lut", ctypes.POINTER(_i32))]
+MIRRORS = {core.struct: mirror(core) for core in S.CORES}
+OscParams, GateParams, SoftmaxParams = (MIRRORS[c.struct] for c in (S.OSC, S.GATE, S.SOFTMAX))
+
+
+def make(core: S.Core, **values):
+    """A mirror instance from its fields by name (all of them: schema.Core.ordered checks)."""
+    return MIRRORS[core.struct](**core.ordered(values))
 
 
 @lru_cache(maxsize=None)
@@ -76,12 +75,13 @@ def _rq(rq) -> Requant:
 
 
 def osc_params(p: R.OscQuant, heads: int, tokens: int, d_head: int, d_osc: int, d_value: int) -> tuple[OscParams, list]:
-    """EdgeoscOscParams from an integer_ref.OscQuant (plus the arrays it points into, to keep alive)."""
-    tables = [_int8(t, (256,)) for t in (p.table_w, p.table_c, p.table_inv)]
-    c = OscParams(heads, tokens, d_head, d_osc, d_value, *map(_ptr, tables),
-                  *[p.zp[n] for n in ("q", "k", "v", "r", "qk", "w", "h", "zr", "c", "sum", "inv", "a", "out")],
-                  p.ones, *[_rq(getattr(p, f"rq_{n}")) for n in ("qk", "h", "zr", "sum", "a", "out")],
-                  *map(_mode, p.rounding))
+    """EdgeoscOscParams from an integer.reference.OscQuant (plus the arrays it points into, to keep alive)."""
+    names = S.OSC.role("table")
+    tables = [_int8(getattr(p, n), (256,)) for n in names]
+    c = make(S.OSC, heads=heads, tokens=tokens, d_head=d_head, d_osc=d_osc, d_value=d_value,
+             **dict(zip(names, map(_ptr, tables))), **{f"zp_{n}": p.zp[n] for n in S.OSC.zero_points},
+             ones=p.ones, **{n: _rq(getattr(p, n)) for n in S.OSC.role("requant")},
+             **dict(zip(S.OSC.role("rounding"), map(_mode, p.rounding))))
     return c, tables
 
 
@@ -109,9 +109,10 @@ def softmax_core(p: R.SoftmaxQuant, q, k, v, lut: bool = False) -> np.ndarray:
     q, k, v = _heads(q, k, v)
     (H, T, dh), dv, z = q.shape, v.shape[-1], p.zp
     table = R.softmax_exp_table(p.beta_multiplier, p.beta_left_shift, p.diff_min) if lut else None
-    c = SoftmaxParams(H, T, dh, dv, z["q"], z["k"], z["v"], z["qk"], z["out"], _rq(p.rq_qk), _rq(p.rq_out),
-                      p.beta_multiplier, p.beta_left_shift, p.diff_min, _mode(p.rounding),
-                      table.ctypes.data_as(ctypes.POINTER(_i32)) if lut else None)
+    c = make(S.SOFTMAX, heads=H, tokens=T, d_head=dh, d_value=dv,
+             **{f"zp_{n}": z[n] for n in S.SOFTMAX.zero_points}, rq_qk=_rq(p.rq_qk), rq_out=_rq(p.rq_out),
+             beta_multiplier=p.beta_multiplier, beta_left_shift=p.beta_left_shift, diff_min=p.diff_min,
+             round_matmul=_mode(p.rounding), exp_lut=table.ctypes.data_as(ctypes.POINTER(_i32)) if lut else None)
     out = np.empty((H, T, dv), np.int8)
     scratch = np.empty(T, np.int8)
     if library().edgeosc_softmax_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, out, scratch))):

@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import schema as S
+
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -324,7 +326,9 @@ def softmax_exp_table(mult: int, left_shift: int, diff_min: int) -> np.ndarray:
 
 # --- the two attention cores ------------------------------------------------------------------------------
 
-ZP_DEFAULT = dict(q=0, k=0, v=0, r=0, qk=0, w=-128, h=0, zr=0, c=-128, sum=-128, inv=-128, a=-128, out=0)
+NONNEGATIVE = ("w", "c", "sum", "inv", "a")  # points >= 0 by construction: zero point -128 by default
+ZP_DEFAULT = {n: -128 if n in NONNEGATIVE else 0 for n in S.OSC.zero_points}  # q k v r qk w h zr c sum inv a out
+SOFTMAX_ZP_DEFAULT = dict.fromkeys(S.SOFTMAX.zero_points, 0)  # q k v qk out
 SCALE_UNIT = 1.0 / 128  # L2_NORMALIZATION's fixed int8 output scale (zero point 0): wn and z
 
 
@@ -415,7 +419,7 @@ class SoftmaxQuant:
     beta_multiplier: int
     beta_left_shift: int
     diff_min: int
-    zp: dict = field(default_factory=lambda: dict(q=0, k=0, v=0, qk=0, out=0))
+    zp: dict = field(default_factory=lambda: dict(SOFTMAX_ZP_DEFAULT))
     rounding: str = "away"  # of the two matmuls
 
 
@@ -427,7 +431,7 @@ def softmax_quant_from_scales(scales: dict, beta: float = 1.0, zp: dict | None =
     return SoftmaxQuant(rq_qk=requant(matmul_multiplier(s["q"], s["k"], s["qk"]), s["q"], s["k"], s["qk"]),
                         rq_out=requant(matmul_multiplier(1 / 256, s["v"], s["out"]), 1 / 256, s["v"], s["out"]),
                         beta_multiplier=mult, beta_left_shift=shift, diff_min=diff_min,
-                        zp={**dict(q=0, k=0, v=0, qk=0, out=0), **(zp or {})},
+                        zp={**SOFTMAX_ZP_DEFAULT, **(zp or {})},
                         rounding=target(target_name).matmul)
 
 
