@@ -1,3 +1,8 @@
+import functools
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -81,3 +86,75 @@ def trained():
                          ckpt=Checkpoint.of(qat, FeatureConfig(), [f"tone{c}" for c in range(3)]))
     torch.set_num_threads(threads)
     return out, held
+
+
+# Test tiers (markers registered in pyproject.toml): `make test` runs every test, `make test-fast` runs -m "not slow"
+# (under a minute on 2 cores). Marked here, by module, by fixture and by name, so the test files need no edits;
+# a new module is fast unless it is listed or uses a slow fixture.
+SLOW_MODULES = {  # every test trains, synthesizes speech, builds firmware or emulates it
+    "test_estimate",  # cycle estimates: builds the firmware for ARM cores and emulates it
+    "test_firmware",  # builds the C firmware (host, Cortex-M with QEMU, callgrind)
+    "test_pipeline",  # runs the whole pipeline (train, QAT, exports, estimates, bench)
+    "test_recorded",  # the recorded speakers' voices (flite, MBROLA, Pico, Festival) speaking
+    "test_synth",  # the synthetic eSpeak NG sets
+}
+SLOW_FIXTURES = {
+    "trained",  # conftest's session fixture: three nets trained and QAT-tuned (~40 s), then exported by its users
+    "real",  # test_stream: a keyword model trained on a synthetic set and exported (~60 s)
+}
+SLOW_TESTS = {  # module::function in otherwise fast modules
+    "test_quant::test_qat_and_ptq_through_the_cli",  # trains, QAT-tunes and exports through the CLI (~35 s)
+    "test_datasets::test_synth_mix_adds_band_limited_voices_to_training_only",  # synthesizes every voice (~25 s)
+    "test_sweep::test_run_sweep_writes_table_and_plot_and_skips_finished_runs",  # trains every grid point (~10 s)
+    "test_sweep::test_sweep_on_a_local_ray_instance",  # starts Ray and trains through it (~60 s)
+}
+COMPILER_MODULES = {"test_cycles", "test_estimate", "test_firmware", "test_integer_kernels", "test_pipeline"}
+COMPILER_TESTS = {  # the TFLite custom op's kernel and the C struct layout are built with the host C compiler
+    "test_tflite::test_custom_op_kernel_matches_the_builtin_graph",
+    "test_schema::test_mirror_sizes_match_c",
+}
+NETWORK_TESTS = {"test_pipeline::test_rpi_bundle_runs_in_a_fresh_venv_with_only_its_requirements"}  # pip install
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2]
+        name = f"{module}::{getattr(item, 'originalname', item.name)}"
+        if module in SLOW_MODULES or name in SLOW_TESTS or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+        if module in COMPILER_MODULES or name in COMPILER_TESTS:
+            item.add_marker(pytest.mark.compiler)
+        if name in NETWORK_TESTS:
+            item.add_marker(pytest.mark.network)
+
+
+@functools.cache
+def package_index_error() -> str | None:
+    """Why pip cannot reach its package index (the one pip is configured with), or None: one tiny download, once."""
+    if os.environ.get("EDGEOSC_OFFLINE", "0") not in ("", "0"):
+        return "EDGEOSC_OFFLINE is set"
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-cache-dir", "--retries", "0",
+               "--timeout", "10", "--disable-pip-version-check", "--dest", tmp, "six"]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            return "pip download timed out"
+    if res.returncode == 0:
+        return None
+    lines = (res.stderr or res.stdout).strip().splitlines()
+    return lines[-1] if lines else f"pip download exited {res.returncode}"
+
+
+@pytest.fixture(scope="session")
+def package_index():
+    """Skip the test when pip cannot reach the package index."""
+    if (why := package_index_error()) is not None:
+        pytest.skip(f"needs the package index, which pip cannot reach: {why}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test marked network skips, before its fixtures are set up, when the package index is out of reach."""
+    if item.get_closest_marker("network") is not None and (why := package_index_error()) is not None:
+        pytest.skip(f"needs the package index, which pip cannot reach: {why}")
