@@ -95,6 +95,14 @@ def mul_multiplier(s1: float, s2: float, s_out: float, double: bool = False) -> 
     return fc_multiplier(s1, s2, s_out) if double else float(_f32(s1) * _f32(s2) / _f32(s_out))
 
 
+def add_multipliers(s_a: float, s_b: float, s_out: float, left_shift: int = 20) -> tuple[float, float, float]:
+    """ADD / SUB (TFLite Micro's Prepare): the real multipliers of input a, input b and the output. Each input
+    is scaled by 2^left_shift over twice the larger float32 input scale (in double)."""
+    a, b = float(_f32(s_a)), float(_f32(s_b))
+    twice_max = 2.0 * max(a, b)
+    return a / twice_max, b / twice_max, twice_max / ((1 << left_shift) * float(_f32(s_out)))
+
+
 def requant(real: float, s1: float, s2: float, s_out: float) -> Requant:
     """Requant of the double real multiplier, with XNNPACK's float32 scale s1*s2/s_out."""
     return Requant(*quantize_multiplier(real), float(_f32(s1) * _f32(s2) / _f32(s_out)), real)
@@ -373,20 +381,28 @@ def osc_quant_from_scales(scales: dict, table_w, table_c, table_inv, zp: dict | 
     column) or "fully_connected" (all-ones weights): the same integers, but the multiplier arithmetic and
     (per target) the rounding differ.
     """
+    t = target(target_name)
+    fc = sum_op == "fully_connected"
+    return OscQuant(
+        table_w=np.asarray(table_w, np.int8), table_c=np.asarray(table_c, np.int8),
+        table_inv=np.asarray(table_inv, np.int8), **osc_requants(scales, ones_scale, sum_op, t),
+        zp={**ZP_DEFAULT, **(zp or {})}, ones=ones, rounding=(t.matmul, t.fc if fc else t.matmul, t.mul))
+
+
+def osc_requants(scales: dict, ones_scale: float = 1.0, sum_op: str = "batch_matmul",
+                 target_name="reference") -> dict[str, Requant]:
+    """The oscillator core's rq_* (schema.OSC's requant fields) from its points' float32 scales (q k v r qk h
+    zr c sum inv a out), as the target's Prepare computes them (see osc_quant_from_scales)."""
     s, t = scales, target(target_name)
     if sum_op not in ("batch_matmul", "fully_connected"):
         raise ValueError(f"unknown sum_op {sum_op!r}")
-    fc = sum_op == "fully_connected"
-    summ = fc_multiplier if fc else matmul_multiplier
+    summ = fc_multiplier if sum_op == "fully_connected" else matmul_multiplier
     mm = lambda a, b, o: requant(matmul_multiplier(a, b, o), a, b, o)  # noqa: E731
-    return OscQuant(
-        table_w=np.asarray(table_w, np.int8), table_c=np.asarray(table_c, np.int8),
-        table_inv=np.asarray(table_inv, np.int8),
+    return dict(
         rq_qk=mm(s["q"], s["k"], s["qk"]), rq_h=mm(SCALE_UNIT, s["r"], s["h"]), rq_zr=mm(SCALE_UNIT, s["r"], s["zr"]),
         rq_sum=requant(summ(s["c"], ones_scale, s["sum"]), s["c"], ones_scale, s["sum"]),
         rq_a=requant(mul_multiplier(s["c"], s["inv"], s["a"], t.mul_double), s["c"], s["inv"], s["a"]),
-        rq_out=mm(s["a"], s["v"], s["out"]),
-        zp={**ZP_DEFAULT, **(zp or {})}, ones=ones, rounding=(t.matmul, t.fc if fc else t.matmul, t.mul))
+        rq_out=mm(s["a"], s["v"], s["out"]))
 
 
 def oscillator_core_int8(p: OscQuant, q, k, v, r, return_all: bool = False):

@@ -5,7 +5,7 @@ Every multiplier is computed from the float32 scales exactly as the TFLite Micro
   CONV_2D, per-channel FULLY_CONNECTED  s_in * s_w[c] / s_out in double (PopulateConvolutionQuantizationParams)
   per-tensor FULLY_CONNECTED, BATCH_MATMUL  float32(s_in * s_w) / s_out (GetQuantizedConvolutionMultipler)
   MUL  s_a * s_b / s_out in double;  ADD / SUB  each input over 2 max(s_a, s_b), left shift 20
-  SOFTMAX  PreprocessSoftmaxScaling (integer_ref.softmax_params); L2_NORMALIZATION, GATHER: none.
+  SOFTMAX  PreprocessSoftmaxScaling (integer.reference.softmax_params); L2_NORMALIZATION, GATHER: none.
 Patterns become one call: CAST + ADD 128 + GATHER is a table lookup; TRANSPOSE + FULLY_CONNECTED with one
 weight value is a sum pool over time; with fuse=True the oscillator core (qk .. out) and the softmax core
 (qk, SOFTMAX, out) become edgeosc_oscillator_core_int8 (edgeosc_oscillator_gated_core_int8 with the key
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...integer import reference as R
+from ...integer import schema as S
 from ...runtime.tflite_file import NP_OF, OP_NAMES, schema
 
 ACT_RANGES = {schema.ActivationFunctionType.NONE: (None, None), schema.ActivationFunctionType.RELU: (0.0, None),
@@ -157,6 +158,13 @@ def double_rq(s_a: float, s_b: float, s_out: float) -> dict:
     return rq(R.fc_multiplier(s_a, s_b, s_out))
 
 
+def osc_rqs(scales: dict, ones_scale: float) -> dict:
+    """The oscillator core's rq_* fields as TFLite Micro computes them (step 7 a BATCH_MATMUL or a per-tensor
+    FULLY_CONNECTED: both float32(s_c * s_ones) / s_sum there; MUL in double)."""
+    return {n: dict(multiplier=r.multiplier, shift=r.shift)
+            for n, r in R.osc_requants(scales, ones_scale, "batch_matmul", "tflite-micro").items()}
+
+
 def act_range(out: Tensor, act: int) -> tuple[int, int]:
     """CalculateActivationRangeQuantized: zero point + round(f / scale) (float32, half away), clamped to int8."""
     if act not in ACT_RANGES:
@@ -195,8 +203,8 @@ def broadcast(a: tuple, b: tuple, out: tuple) -> dict:
 
 def gate_params(g: Tensor, s_pow: float, zp_pow: int, s_gated: float, zp_gated: int) -> tuple[Struct, Tensor]:
     """The key gate's part of a fused oscillator call: EdgeoscGateParams of MUL(pow, g) -> gated, and g."""
-    return Struct("EdgeoscGateParams", dict(zp_pow=zp_pow, zp_gated=zp_gated,
-                                            rq_gate=double_rq(s_pow, g.s, s_gated))), g
+    return Struct(S.GATE.struct, S.GATE.ordered(dict(zp_pow=zp_pow, zp_gated=zp_gated,
+                                                     rq_gate=double_rq(s_pow, g.s, s_gated)))), g
 
 
 def same_heads(q: Tensor, k: Tensor, *others: Tensor) -> bool:
@@ -285,7 +293,7 @@ class Lowering:
         return self.emit("edgeosc_sum_pool_int8", [p, Ref(x.index), Ref(out.index)], [op, fc], out.name)
 
     def sum_step(self, c: int):
-        """Step 7: FULLY_CONNECTED(c, ones [1, T]) or BATCH_MATMUL(c, ones [T, 1]): (op, ones, rq) or None."""
+        """Step 7: FULLY_CONNECTED(c, ones [1, T]) or BATCH_MATMUL(c, ones [T, 1]): (op, ones) or None."""
         users = [u for u in self.g.consumers(c) if u.kind in ("FULLY_CONNECTED", "BATCH_MATMUL")]
         if c in self.g.outputs or len(users) != 1 or users[0].inputs[0] != c:
             return None
@@ -297,7 +305,7 @@ class Lowering:
             return None
         if op.kind == "FULLY_CONNECTED" and (ones.shape[0] != 1 or op.options.fusedActivationFunction):
             return None
-        return op, ones, product_rq(self.t(c).s, ones.s, self.t(op.outputs[0]).s)
+        return op, ones
 
     def gate_step(self, c: int):
         """The key gate after the (1 + zr)^p table c: MUL(c, g [.., 1, T] at (1/128, 0)), then unit rows
@@ -358,14 +366,12 @@ class Lowering:
         ops = [op, *w_chain[0], wn_op, h_op, z_op, zr_op, *c_chain[0], *(gate[:2] if gate else ()), summ[0],
                *inv_chain[0], mul, out_op]
         tables = [w_chain[1].index, c_chain[1].index, inv_chain[1].index]
-        s = {n: t.s for n, t in pts.items()}
-        rqs = dict(rq_qk=product_rq(q.s, k.s, s["qk"]), rq_h=product_rq(s["wn"], rt.s, s["h"]),
-                   rq_zr=product_rq(s["z"], rt.s, s["zr"]), rq_sum=summ[2],
-                   rq_a=double_rq(s["c"], s["inv"], s["a"]), rq_out=product_rq(s["a"], v.s, s["out"]))
         for n in ("wn", "z", *(("c",) if gate else ())):
             if (pts[n].s, pts[n].z) != (np.float32(R.SCALE_UNIT), 0):
                 raise UnsupportedGraph(f"{pts[n].name}: L2_NORMALIZATION output must be (1/128, 0)")
-        zps = {n: pts[n].z for n in ("qk", "w", "h", "zr", "c", "sum", "inv", "a", "out")}
+        s = {**{n: t.s for n, t in pts.items()}, **dict(q=q.s, k=k.s, v=v.s, r=rt.s)}
+        rqs = osc_rqs(s, summ[1].s)
+        zps = {n: pts[n].z for n in (*S.POINTS, "out")}
         gated = None
         if gate:
             pw, prod = T(c_chain[2]), T(gate[0].outputs[0])
@@ -377,11 +383,11 @@ class Lowering:
         H, T = int(np.prod(q.shape[:-2])), q.shape[-2]
         dr = r.shape[-1]
         fields = dict(heads=H, tokens=T, d_head=q.shape[-1], d_osc=dr, d_value=v.shape[-1],
-                      table_w=Ref(tables[0]), table_c=Ref(tables[1]), table_inv=Ref(tables[2]),
+                      **dict(zip(S.OSC.role("table"), map(Ref, tables))),
                       zp_q=q.z, zp_k=k.z, zp_v=v.z, zp_r=r.z, **{f"zp_{n}": zps[n] for n in zps}, ones=ones,
-                      **rqs, round_matmul=0, round_sum=0, round_mul=0)
+                      **rqs, **dict.fromkeys(S.OSC.role("rounding"), 0))  # EDGEOSC_ROUND_AWAY (TFLite Micro)
         out = [o for o in ops if o.kind in ("BATCH_MATMUL", CUSTOM_OSC)][-1].outputs[0]
-        params = Struct("EdgeoscOscParams", fields)
+        params = Struct(S.OSC.struct, S.OSC.ordered(fields))
         if gate:
             args = [params, gate[0], *(Ref(t.index) for t in (q, k, v, r, gate[1])), Ref(out), "scratch"]
             return self.emit("edgeosc_oscillator_gated_core_int8", args, ops, label, scratch=T + 2 * dr)
@@ -393,29 +399,25 @@ class Lowering:
         TFLite Micro (the op's "rounding" option names the TFLite interpreter it mimics; firmware follows TFLM)."""
         from flatbuffers import flexbuffers
 
-        from ..tflite.custom_op import POINTS
         o = flexbuffers.Loads(op.custom)
         q, k, v, r = (self.t(i) for i in op.inputs[:4])
         out = self.t(op.outputs[0])
         has_gate = "gated_scale" in o  # the key gate: the unit gates are the last input
-        points = POINTS + (("pow", "gated") if has_gate else ())
+        points = S.POINTS + (S.GATE_POINTS if has_gate else ())
         s = {p: float(np.float32(o[f"{p}_scale"])) for p in points}
         zp = {p: int(o.get(f"{p}_zero_point", 0)) for p in points}
-        zps = {**{p: zp[p] for p in POINTS}, "out": out.z}  # the core's own: EdgeoscOscParams fields
+        zps = {**{p: zp[p] for p in S.POINTS}, "out": out.z}  # the core's own: EdgeoscOscParams fields
         if len(op.inputs) - has_gate == 7:
             tables = op.inputs[4:7]
         else:  # tables in the options: add them as constant tensors
             tables = []
-            for name in ("table_w", "table_c", "table_inv"):
+            for name in S.OSC.role("table"):
                 data = np.frombuffer(bytes(o[name]), np.int8)
                 tables.append(len(self.g.tensors))
                 self.g.tensors.append(Tensor(len(self.g.tensors), f"{out.name}/{name}", (256,), np.dtype(np.int8),
                                              np.ones(1, np.float32), np.zeros(1, np.int64), data))
         ones, ones_scale = int(o.get("ones", 1)), float(np.float32(o.get("ones_scale", 1.0)))
-        unit = float(np.float32(R.SCALE_UNIT))
-        rqs = dict(rq_qk=product_rq(q.s, k.s, s["qk"]), rq_h=product_rq(unit, r.s, s["h"]),
-                   rq_zr=product_rq(unit, r.s, s["zr"]), rq_sum=product_rq(s["c"], ones_scale, s["sum"]),
-                   rq_a=double_rq(s["c"], s["inv"], s["a"]), rq_out=product_rq(s["a"], v.s, out.s))
+        rqs = osc_rqs({**s, **dict(q=q.s, k=k.s, v=v.s, r=r.s, out=out.s)}, ones_scale)
         gated = gate_params(self.t(op.inputs[-1]), s["pow"], zp["pow"], s["gated"], zp["gated"]) if has_gate else None
         return self.core_call([op], q, k, v, r, zps, tables, rqs, ones, out.name, gated)
 
@@ -437,7 +439,7 @@ class Lowering:
                       rq_out=product_rq(a.s, v.s, out.s), beta_multiplier=mult, beta_left_shift=shift,
                       diff_min=diff_min, round_matmul=0,
                       exp_lut=Array(R.softmax_exp_table(mult, shift, diff_min), f"{out.name}_exp"))
-        args = [Struct("EdgeoscSoftmaxParams", fields), Ref(q.index), Ref(k.index), Ref(v.index), Ref(out.index),
+        args = [Struct(S.SOFTMAX.struct, S.SOFTMAX.ordered(fields)), Ref(q.index), Ref(k.index), Ref(v.index), Ref(out.index),
                 "scratch"]
         return self.emit("edgeosc_softmax_core_int8", args, [op, sm, out_op], out.name, scratch=q.shape[-2])
 
@@ -504,11 +506,10 @@ class Lowering:
 
     def op_add(self, op: Op, subtract: int = 0):
         a, b, out, f = self.binary(op)
-        twice_max = 2.0 * float(max(a.scale[0], b.scale[0]))  # max of the float32 scales, then double
         left_shift = 20
+        real_a, real_b, real_out = R.add_multipliers(a.s, b.s, out.s, left_shift)
         p = Struct("EdgeoscAddParams", dict(
-            **f, left_shift=left_shift, subtract=subtract, rq_a=rq(a.s / twice_max), rq_b=rq(b.s / twice_max),
-            rq_out=rq(twice_max / ((1 << left_shift) * out.s))))
+            **f, left_shift=left_shift, subtract=subtract, rq_a=rq(real_a), rq_b=rq(real_b), rq_out=rq(real_out)))
         return self.emit("edgeosc_add_int8", [p, Ref(a.index), Ref(b.index), Ref(out.index)], [op], out.name)
 
     def op_sub(self, op: Op):

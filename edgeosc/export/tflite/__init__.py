@@ -191,9 +191,9 @@ class Graph:
                       c=self.lut(*self.q(hook, "zr"), lambda v: shifted_power(v, attn.p), hook,
                                  "c" if g is None else "pow"),
                       inv=self.lut(*self.q(hook, "csum"), reciprocal, hook, "inv"))
-        points = {"qk": "qk", "w": "w", "h": "h", "zr": "zr", "c": "c", "sum": "csum", "inv": "inv", "a": "a"}
+        points = {p: custom_op.MODEL_POINTS.get(p, p) for p in custom_op.POINTS}  # option point -> model point
         if g is not None:  # the op's c is the unit rows cn; the key gate's MUL reads pow and writes "gated"
-            points.update(c="cn", pow="pow", gated="c")
+            points.update(c="cn", **dict(zip(custom_op.GATE_POINTS, ("pow", "c"))))
         options = custom_op.custom_options(
             p=attn.p, eps=attn.eps, d_osc=attn.d_osc, positive=attn.positive, heads=attn.heads,
             sum_op="fully_connected", ones=127, ones_scale=1 / 127,  # as unit_sum writes the sum over keys

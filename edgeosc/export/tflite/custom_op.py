@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...integer.reference import ZP_DEFAULT
+from ...integer.schema import GATE_POINTS, OSC, POINTS  # noqa: F401  (the core's internal quantization points)
 from ...runtime.custom_op import OP_NAME  # noqa: F401  (the op's name, with its options)
 
-POINTS = ("qk", "w", "h", "zr", "c", "sum", "inv", "a")  # the core's internal quantization points
+MODEL_POINTS = {"sum": "csum"}  # option point -> the model's quantization point, where the names differ
 
 
 def _flex_value(v):
@@ -34,7 +35,7 @@ def custom_options(**attrs) -> bytes:
     <point>_zero_point (default 0; the non-negative points w c sum inv a use -128). Optional: table_w, table_c, table_inv (256 int8 each,
     else the op's inputs 4-6), ones / ones_scale (step 7's int8 ones constant, default 1 / 1.0),
     sum_op ("batch_matmul" or "fully_connected": whose multiplier arithmetic step 7 reproduces),
-    rounding (the integer_ref target whose builtin kernels to reproduce: "tflite-runtime" (default),
+    rounding (the integer reference target whose builtin kernels to reproduce: "tflite-runtime" (default),
     "reference", "tflite-micro" or "ai-edge-litert-nodelegate"; the float-requantizing targets are refused),
     and the descriptive p, eps, positive, heads, d_osc (heads and d_osc are checked against the tensors).
     The key gate: gated_scale / gated_zero_point (its MUL's output) and pow_scale / pow_zero_point (table_c's
@@ -49,10 +50,10 @@ def custom_options(**attrs) -> bytes:
 
 
 def options_from_quant(scales: dict, tables=None, zero_points: dict | None = None, **extra) -> bytes:
-    """custom_options from the per-point scales/zero points (integer_ref naming) and optional tables."""
+    """custom_options from the per-point scales/zero points (the integer reference naming) and optional tables."""
     zp = {**ZP_DEFAULT, **(zero_points or {})}
     attrs = {f"{p}_scale": scales[p] for p in POINTS}
     attrs.update({f"{p}_zero_point": zp[p] for p in POINTS})
     if tables is not None:
-        attrs.update(dict(zip(("table_w", "table_c", "table_inv"), tables)))
+        attrs.update(dict(zip(OSC.role("table"), tables)))
     return custom_options(**attrs, **extra)
