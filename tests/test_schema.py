@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from edgeosc.integer import ckernels as K
+from edgeosc.integer import golden as G
 from edgeosc.integer import reference as R
 from edgeosc.integer import schema as S
 
@@ -97,3 +98,35 @@ def test_names_elsewhere_follow_the_schema():
     assert len(R.OscQuant(*[np.zeros(256, np.int8)] * 3, *[R.Requant(0, 0)] * 6).rounding) == len(S.OSC.role("rounding"))
     with pytest.raises(ValueError, match="missing fields"):
         S.OSC.ordered({"heads": 1})
+
+
+# ---- golden vectors: written by the reference, read by the C test ------------------------------------------
+
+def test_golden_file_is_what_the_reference_writes():
+    assert G.PATH.exists(), f"missing {G.PATH}: run python -m edgeosc.integer.golden"
+    assert G.PATH.read_text() == G.header(), f"{G.PATH} is stale: run python -m edgeosc.integer.golden"
+    assert f"#define EDGEOSC_GOLDEN_FORMAT {G.FORMAT}" in G.PATH.read_text()
+    assert G.PATH.stat().st_size < 12_000
+
+
+def test_golden_vectors_through_ctypes():
+    g = G.vectors()
+    assert np.array_equal(K.oscillator_core(g["osc"], **g["osc_in"]), g["osc_out"])
+    for lut in (False, True):
+        assert np.array_equal(K.softmax_core(g["sm"], **g["sm_in"], lut=lut), g["sm_out"])
+    assert len(np.unique(g["osc_out"])) > 20 and len(np.unique(g["sm_out"])) > 20  # not saturated
+
+
+def test_c_golden_test_passes(tmp_path):
+    """make -C firmware_models test-golden: the C kernels on the golden inputs, bit for bit."""
+    from edgeosc.cbuild import FIRMWARE, compiler
+    try:
+        cc = compiler()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    if not shutil.which("make"):
+        pytest.skip("no make to run firmware_models/Makefile's test-golden")
+    res = subprocess.run(["make", "-s", "-C", str(FIRMWARE), "test-golden", f"BUILD={tmp_path}", f"HOST_CC={cc}"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [line.split(":")[1].split()[0] for line in res.stdout.splitlines() if ": " in line] == ["ok"] * 3, res.stdout
