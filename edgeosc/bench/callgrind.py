@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..integer import reference as R
+from ..integer import schema as S
 from ..cbuild import CORE_SOURCES, build
 
 CORES = {"oscillator": "edgeosc_oscillator_core_int8", "softmax": "edgeosc_softmax_core_int8",
@@ -68,18 +69,14 @@ def _program(H: int, T: int, dh: int, dr: int, dv: int, p: int, seed: int) -> st
                   v=rng.integers(-128, 128, (H, T, dv)),
                   r=np.clip(np.round(127 * r / np.linalg.norm(r, axis=-1, keepdims=True)), -128, 127),
                   table_w=tables[0], table_c=tables[1], table_inv=tables[2])
-    rq = lambda x: f"{{{x.multiplier}, {x.shift}}}"  # noqa: E731
-    zps = ", ".join(str(osc.zp[n]) for n in ("q", "k", "v", "r", "qk", "w", "h", "zr", "c", "sum", "inv", "a", "out"))
-    rqs = ", ".join(rq(getattr(osc, f"rq_{n}")) for n in ("qk", "h", "zr", "sum", "a", "out"))
+    osc_init = S.c_initializer(S.OSC, "o", dict(osc.fields(H, T, dh, dr, dv), table_w="table_w", table_c="table_c",
+                                                  table_inv="table_inv"), qualifier="  ")
+    sm_init = S.c_initializer(S.SOFTMAX, "sp", sm.fields(H, T, dh, dv, exp_lut="NULL"), qualifier="  ")
     lut = R.softmax_exp_table(sm.beta_multiplier, sm.beta_left_shift, sm.diff_min)
     return ('#include <string.h>\n#include "edgeosc_attention.h"\n'
             + "".join(_c_array("int8_t", n, a) for n, a in arrays.items()) + _c_array("int32_t", "exp_lut", lut)
             + f"static int8_t out[{H * T * dv}], scratch[{T + 2 * dr}];\n"
-            "int main(int argc, char **argv) {\n"
-            f"  EdgeoscOscParams o = {{{H}, {T}, {dh}, {dr}, {dv}, table_w, table_c, table_inv, {zps}, {osc.ones}, "
-            f"{rqs}, 0, 0, 0}};\n"
-            f"  EdgeoscSoftmaxParams sp = {{{H}, {T}, {dh}, {dv}, 0, 0, 0, 0, 0, {rq(sm.rq_qk)}, {rq(sm.rq_out)}, "
-            f"{sm.beta_multiplier}, {sm.beta_left_shift}, {sm.diff_min}, 0, NULL}};\n"
+            "int main(int argc, char **argv) {\n" + osc_init + sm_init +
             '  if (argc > 1 && !strcmp(argv[1], "softmax_lut")) sp.exp_lut = exp_lut;\n'
             '  if (argc > 1 && !strcmp(argv[1], "oscillator")) return edgeosc_oscillator_core_int8(&o, q, k, v, r, out, '
             "scratch);\n  return edgeosc_softmax_core_int8(&sp, q, k, v, out, scratch);\n}\n")

@@ -323,10 +323,7 @@ def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int):
     r = rng.standard_normal((heads, T, d_osc))
     r = np.clip(np.round(127 * r / np.linalg.norm(r, axis=-1, keepdims=True)), -128, 127).astype(np.int8)
     osc_f = _values(K.osc_params(osc, heads, T, d_head, d_osc, d_head)[0])
-    z = sm.zp
-    sm_f = _values(K.SoftmaxParams(heads, T, d_head, d_head, z["q"], z["k"], z["v"], z["qk"], z["out"],
-                                   K.Requant(*sm.rq_qk[:2]), K.Requant(*sm.rq_out[:2]), sm.beta_multiplier,
-                                   sm.beta_left_shift, sm.diff_min, K.ROUNDING[sm.rounding], None))
+    sm_f = _values(K.softmax_params(sm, heads, T, d_head, d_head))
     lut = R.softmax_exp_table(sm.beta_multiplier, sm.beta_left_shift, sm.diff_min).astype(np.int32)
     return dict(osc=osc, sm=sm, q=q, k=k, v=v, r=r, osc_f=osc_f, sm_f=sm_f, lut=lut,
                 tables=np.concatenate([osc.table_w, osc.table_c, osc.table_inv]).astype(np.int8))

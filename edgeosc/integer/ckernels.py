@@ -10,7 +10,6 @@ from ..cbuild import CORE_SOURCES, build_shared
 from . import reference as R
 from . import schema as S
 
-ROUNDING = {"away": 0, "up": 1, "single": 2}  # EdgeoscRounding
 
 
 class Requant(ctypes.Structure):
@@ -64,25 +63,25 @@ def _int8(x, shape=None) -> np.ndarray:
     return a
 
 
-def _mode(name: str) -> int:
-    if name not in ROUNDING:
-        raise ValueError(f"the C kernels have no rounding mode {name!r} (they use no float): {sorted(ROUNDING)}")
-    return ROUNDING[name]
-
-
 def _rq(rq) -> Requant:
     return Requant(rq[0], rq[1])
 
 
 def osc_params(p: R.OscQuant, heads: int, tokens: int, d_head: int, d_osc: int, d_value: int) -> tuple[OscParams, list]:
     """EdgeoscOscParams from an integer.reference.OscQuant (plus the arrays it points into, to keep alive)."""
-    names = S.OSC.role("table")
-    tables = [_int8(getattr(p, n), (256,)) for n in names]
-    c = make(S.OSC, heads=heads, tokens=tokens, d_head=d_head, d_osc=d_osc, d_value=d_value,
-             **dict(zip(names, map(_ptr, tables))), **{f"zp_{n}": p.zp[n] for n in S.OSC.zero_points},
-             ones=p.ones, **{n: _rq(getattr(p, n)) for n in S.OSC.role("requant")},
-             **dict(zip(S.OSC.role("rounding"), map(_mode, p.rounding))))
-    return c, tables
+    f = p.fields(heads, tokens, d_head, d_osc, d_value)
+    tables = [_int8(f[n], (256,)) for n in S.OSC.role("table")]
+    f.update(zip(S.OSC.role("table"), map(_ptr, tables)))
+    f.update({n: _rq(f[n]) for n in S.OSC.role("requant")})
+    return make(S.OSC, **f), tables
+
+
+def softmax_params(p: R.SoftmaxQuant, heads: int, tokens: int, d_head: int, d_value: int,
+                   exp_lut: np.ndarray | None = None) -> SoftmaxParams:
+    """EdgeoscSoftmaxParams from an integer.reference.SoftmaxQuant (exp_lut: int32 [256], kept alive by the caller)."""
+    f = p.fields(heads, tokens, d_head, d_value, None if exp_lut is None else exp_lut.ctypes.data_as(ctypes.POINTER(_i32)))
+    f.update(rq_qk=_rq(f["rq_qk"]), rq_out=_rq(f["rq_out"]))
+    return make(S.SOFTMAX, **f)
 
 
 def _heads(q, k, v, *more):
@@ -107,12 +106,9 @@ def oscillator_core(p: R.OscQuant, q, k, v, r) -> np.ndarray:
 def softmax_core(p: R.SoftmaxQuant, q, k, v, lut: bool = False) -> np.ndarray:
     """Runs edgeosc_softmax_core_int8 on [H, T, *] int8 arrays: out [H, T, dv]; lut: exps from a table."""
     q, k, v = _heads(q, k, v)
-    (H, T, dh), dv, z = q.shape, v.shape[-1], p.zp
-    table = R.softmax_exp_table(p.beta_multiplier, p.beta_left_shift, p.diff_min) if lut else None
-    c = make(S.SOFTMAX, heads=H, tokens=T, d_head=dh, d_value=dv,
-             **{f"zp_{n}": z[n] for n in S.SOFTMAX.zero_points}, rq_qk=_rq(p.rq_qk), rq_out=_rq(p.rq_out),
-             beta_multiplier=p.beta_multiplier, beta_left_shift=p.beta_left_shift, diff_min=p.diff_min,
-             round_matmul=_mode(p.rounding), exp_lut=table.ctypes.data_as(ctypes.POINTER(_i32)) if lut else None)
+    (H, T, dh), dv = q.shape, v.shape[-1]
+    table = R.softmax_exp_table(p.beta_multiplier, p.beta_left_shift, p.diff_min).astype(np.int32) if lut else None
+    c = softmax_params(p, H, T, dh, dv, table)
     out = np.empty((H, T, dv), np.int8)
     scratch = np.empty(T, np.int8)
     if library().edgeosc_softmax_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, out, scratch))):
@@ -122,7 +118,7 @@ def softmax_core(p: R.SoftmaxQuant, q, k, v, lut: bool = False) -> np.ndarray:
 
 def mbqm(x, multiplier: int, shift: int, mode: str = "away") -> np.ndarray:
     """edgeosc_mbqm_mode elementwise (for tests)."""
-    f, m = library().edgeosc_mbqm_mode, ROUNDING[mode]
+    f, m = library().edgeosc_mbqm_mode, S.c_rounding(mode)
     return np.array([f(int(xi), multiplier, shift, m) for xi in np.ravel(x)], np.int64).reshape(np.shape(x))
 
 

@@ -26,7 +26,6 @@ SEED = 20240601
 SHAPE = dict(heads=2, tokens=6, d_head=4, d_osc=3, d_value=4)
 OSC_TARGET = "tflite-runtime"  # BATCH_MATMUL / FULLY_CONNECTED round "up", MUL "away": two of the C modes
 SOFTMAX_TARGET = "reference"
-ROUNDING = {"away": 0, "up": 1, "single": 2}  # EdgeoscRounding
 OSC_SCALES = dict(q=0.42, k=0.05, v=0.07, r=1 / 128, qk=0.021, w=0.0066, h=0.03, zr=1 / 128, c=16 / 255,
                   sum=0.5, inv=1 / 5000, a=1 / 255, out=0.045)
 OSC_ZP = dict(q=3, k=-2, v=1, r=0, qk=-5, h=2, out=-1)  # w c sum inv a keep -128 (non-negative points)
@@ -58,18 +57,6 @@ def _array(ctype: str, name: str, values, per: int = 16) -> str:
     return f"static const {ctype} {name}[{len(v)}] = {{\n  " + ",\n  ".join(rows) + "};\n"
 
 
-def _value(x) -> str:
-    if isinstance(x, R.Requant):
-        return f"{{{x.multiplier}, {x.shift}}}"
-    return str(x)
-
-
-def _struct(core: S.Core, name: str, values: dict) -> str:
-    fields = core.ordered(values)
-    body = ",\n".join(f"  .{n} = {_value(x)}" for n, x in fields.items())
-    return f"static const {core.struct} {name} = {{\n{body}}};\n"
-
-
 def header() -> str:
     """The golden header's text."""
     g = vectors()
@@ -88,19 +75,13 @@ def header() -> str:
     for n, x in g["osc_in"].items():
         out.append(_array("int8_t", f"golden_osc_{n}", x))
     out.append(_array("int8_t", "golden_osc_out", g["osc_out"]))
-    out.append(_struct(S.OSC, "golden_osc_params", dict(
-        SHAPE, **{n: f"golden_osc_{n}" for n in S.OSC.role("table")},
-        **{f"zp_{n}": osc.zp[n] for n in S.OSC.zero_points}, ones=osc.ones,
-        **{n: getattr(osc, n) for n in S.OSC.role("requant")},
-        **{n: ROUNDING[m] for n, m in zip(S.OSC.role("rounding"), osc.rounding)})))
+    out.append(S.c_initializer(S.OSC, "golden_osc_params", dict(
+        osc.fields(*SHAPE.values()), **{n: f"golden_osc_{n}" for n in S.OSC.role("table")})))
     for n, x in g["sm_in"].items():
         out.append(_array("int8_t", f"golden_sm_{n}", x))
     out.append(_array("int8_t", "golden_sm_out", g["sm_out"]))
     out.append(_array("int32_t", "golden_sm_exp_lut", g["exp_lut"], per=8))
-    out.append(_struct(S.SOFTMAX, "golden_sm_params", dict(
-        heads=H, tokens=T, d_head=dh, d_value=dv, **{f"zp_{n}": sm.zp[n] for n in S.SOFTMAX.zero_points},
-        rq_qk=sm.rq_qk, rq_out=sm.rq_out, beta_multiplier=sm.beta_multiplier, beta_left_shift=sm.beta_left_shift,
-        diff_min=sm.diff_min, round_matmul=ROUNDING[sm.rounding], exp_lut="NULL")))
+    out.append(S.c_initializer(S.SOFTMAX, "golden_sm_params", sm.fields(H, T, dh, dv, exp_lut="NULL")))
     out += [f"#endif /* EDGEOSC_ATTENTION_GOLDEN_V{FORMAT}_H_ */", ""]
     return "\n".join(out)
 

@@ -370,6 +370,14 @@ class OscQuant:
     ones: int = 1  # value of step 7's int8 all-ones constant (zero point 0)
     rounding: tuple = ("away", "away", "away")  # modes of the matmuls (1 3 5 10), the sum (7), MUL (9)
 
+    def fields(self, heads: int, tokens: int, d_head: int, d_osc: int, d_value: int) -> dict:
+        """EdgeoscOscParams by field name (schema.OSC): tables as arrays, rounding as the C enum."""
+        return S.OSC.ordered(dict(
+            heads=heads, tokens=tokens, d_head=d_head, d_osc=d_osc, d_value=d_value,
+            **{n: getattr(self, n) for n in S.OSC.role("table")}, **{f"zp_{n}": self.zp[n] for n in S.OSC.zero_points},
+            ones=self.ones, **{n: getattr(self, n) for n in S.OSC.role("requant")},
+            **{n: S.c_rounding(m) for n, m in zip(S.OSC.role("rounding"), self.rounding)}))
+
 
 def osc_quant_from_scales(scales: dict, table_w, table_c, table_inv, zp: dict | None = None, ones: int = 1,
                           ones_scale: float = 1.0, sum_op: str = "batch_matmul",
@@ -437,6 +445,14 @@ class SoftmaxQuant:
     diff_min: int
     zp: dict = field(default_factory=lambda: dict(SOFTMAX_ZP_DEFAULT))
     rounding: str = "away"  # of the two matmuls
+
+    def fields(self, heads: int, tokens: int, d_head: int, d_value: int, exp_lut=None) -> dict:
+        """EdgeoscSoftmaxParams by field name (schema.SOFTMAX); exp_lut None: the fixed-point exp per element."""
+        return S.SOFTMAX.ordered(dict(
+            heads=heads, tokens=tokens, d_head=d_head, d_value=d_value,
+            **{f"zp_{n}": self.zp[n] for n in S.SOFTMAX.zero_points}, rq_qk=self.rq_qk, rq_out=self.rq_out,
+            beta_multiplier=self.beta_multiplier, beta_left_shift=self.beta_left_shift, diff_min=self.diff_min,
+            round_matmul=S.c_rounding(self.rounding), exp_lut=exp_lut))
 
 
 def softmax_quant_from_scales(scales: dict, beta: float = 1.0, zp: dict | None = None,

@@ -154,6 +154,27 @@ HEADER = KERNELS / "edgeosc_attention.h"
 TFLITE_OP_C = TFLITE_OP / "edgeosc_tflite_op.c"
 
 
+ROUNDING = {"away": 0, "up": 1, "single": 2}  # the C enum EdgeoscRounding, by integer reference mode
+
+
+def c_rounding(mode: str) -> int:
+    """The EdgeoscRounding of an integer reference mode (the float-requantizing modes have none)."""
+    if mode not in ROUNDING:
+        raise ValueError(f"the C kernels have no rounding mode {mode!r} (they use no float): {sorted(ROUNDING)}")
+    return ROUNDING[mode]
+
+
+def c_value(x) -> str:
+    """A field's C initializer: a Requant as {multiplier, shift}, a name or a number as itself."""
+    return f"{{{x[0]}, {x[1]}}}" if isinstance(x, tuple) else str(x)
+
+
+def c_initializer(core: Core, name: str, values: dict, qualifier: str = "static const ") -> str:
+    """`<qualifier><struct> name = {.field = value, ...};` in struct order (all fields: Core.ordered checks)."""
+    body = ",\n".join(f"  .{n} = {c_value(x)}" for n, x in core.ordered(values).items())
+    return f"{qualifier}{core.struct} {name} = {{\n{body}}};\n"
+
+
 def c_struct(core: Core) -> str:
     """The typedef of one core's parameters, one field a line with its meaning."""
     lines = ["typedef struct {"]
