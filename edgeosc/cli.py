@@ -27,7 +27,7 @@ import click
 from click.core import ParameterSource
 
 from .config import ATTENTION_KINDS, DATASETS, NORMALIZE_MODES, POSITIVE_MAPS, QAT_EPOCHS, QAT_LR, QUANT_PRESETS, \
-    DataConfig, ExportConfig, FeatureConfig, from_dict, to_dict
+    FeatureConfig, from_dict, to_dict
 from .pipeline import PipelineConfig, load_config
 
 
