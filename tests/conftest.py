@@ -107,6 +107,9 @@ SLOW_TESTS = {  # module::function in otherwise fast modules
     "test_datasets::test_synth_mix_adds_band_limited_voices_to_training_only",  # synthesizes every voice (~25 s)
     "test_sweep::test_run_sweep_writes_table_and_plot_and_skips_finished_runs",  # trains every grid point (~10 s)
     "test_sweep::test_sweep_on_a_local_ray_instance",  # starts Ray and trains through it (~60 s)
+    "test_train::test_training_learns_and_writes_artifacts",  # trains each kind (~1-2 s each)
+    "test_train::test_resume_after_interruption_equals_uninterrupted_run",  # trains twice, once interrupted
+    "test_cli::test_eval_rejects_checkpoint_for_other_classes",  # trains a model first (~5 s)
 }
 COMPILER_MODULES = {"test_cycles", "test_estimate", "test_firmware", "test_integer_kernels", "test_pipeline"}
 COMPILER_TESTS = {  # the TFLite custom op's kernel and the C struct layout are built with the host C compiler
