@@ -82,7 +82,8 @@ export NONFREE_AWK
 $(STAMP): pyproject.toml Makefile
 	@main="$(call absent,$(SYSTOOLS))"; nonfree="$(call absent,$(NONFREE))"; \
 	if [ -z "$$main$$nonfree" ]; then :; \
-	elif [ "$(SYSTEM)" = 0 ]; then echo "SYSTEM=0 or EDGEOSC_NO_APT=1: not installing $$main $$nonfree; the tests needing them skip"; \
+	elif [ "$(SYSTEM)" = 0 ]; then \
+	  echo "SYSTEM=0 or EDGEOSC_NO_APT=1: not installing $$main $$nonfree; the tests needing them skip"; \
 	elif [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
 	  echo "not root or no apt-get: not installing $$main $$nonfree; the tests needing them skip"; \
 	else \
