@@ -100,12 +100,12 @@ class ModelConfig:
     d_model: int = 0  # 0: the size preset's value
     heads: int = 0
     blocks: int = 0
-    # defaults from the ablations in docs/ablations.md
+    # defaults: docs/results.md#levers
     d_osc: int = 8
     p: int = 4
     positive: str = "relu2"
     anchors: str = "projected"  # "projected": own projection R; "tied": first d_osc key coordinates
-    key_gate: bool = False  # a learned weight per key in the readout (attention.py, docs/ablations.md section 43)
+    key_gate: bool = False  # a learned weight per key in the readout (attention.py, docs/maths.md#key-gate)
     score_scale: float = 4.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
     eps: float = 1e-6
     dropout: float = 0.1
@@ -139,7 +139,7 @@ class AugmentConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 80  # docs/ablations.md section 11: 40 epochs with early stopping left both kinds short
+    epochs: int = 80  # docs/notebook.md#training-for-80-epochs: 40 epochs with early stopping left both kinds short
     batch_size: int = 64
     lr: float = 1e-2
     weight_decay: float = 0.05

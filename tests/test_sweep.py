@@ -30,7 +30,7 @@ def test_expand_deduplicates_settings_softmax_ignores():
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "sweeps").glob("*.toml")), ids=lambda p: p.name)
 def test_every_shipped_sweep_file_is_a_valid_grid(path):
-    """docs/ablations.md cites these files as the commands that made its tables: they must still run."""
+    """docs/results.md and docs/notebook.md cite these files as the commands behind their tables: they must run."""
     runs = sweep.expand(*sweep.load_sweep(path))
     assert runs and all(set(cfgs) == set(sweep.SECTIONS) for _, cfgs in runs)
 

@@ -264,10 +264,10 @@ class INA260Monitor(_INAMonitor):
 
 # `vcgencmd pmic_read_adc` on a Pi 5 prints one channel per line, e.g. "  VDD_CORE_A current(7)=2.35880000A" and
 # "  VDD_CORE_V volt(15)=0.87140000V" (captures in Jeff Geerling's "Overclocking Raspberry Pi 5" post and in
-# github.com/ml-energy/zeus issue 273). Twelve rails carry both channels: 3V7_WL_SW, 3V3_SYS, 1V8_SYS, DDR_VDD2,
-# DDR_VDDQ, 1V1_SYS, 0V8_SW (0V8_SYS in 2023 firmware), VDD_CORE, 3V3_DAC, 3V3_ADC, 0V8_AON, HDMI; EXT5V and
-# BATT have a voltage only. The channel index is optional here, and so are the line breaks (the text is
-# NUL-separated when read from the firmware mailbox directly, as zeus does).
+# a bug report of the zeus project, github.com/ml-energy/zeus, number 273). Twelve rails carry both channels:
+# 3V7_WL_SW, 3V3_SYS, 1V8_SYS, DDR_VDD2, DDR_VDDQ, 1V1_SYS, 0V8_SW (0V8_SYS in 2023 firmware), VDD_CORE, 3V3_DAC,
+# 3V3_ADC, 0V8_AON, HDMI; EXT5V and BATT have a voltage only. The channel index is optional here, and so are the
+# line breaks (the text is NUL-separated when read from the firmware mailbox directly, as zeus does).
 _PMIC_CHANNEL = re.compile(r"([A-Za-z0-9_]+)_([AV])(?:\s+[a-z]+\(\d+\))?\s*=\s*"
                            r"([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)([AV]?)")
 

@@ -70,7 +70,7 @@ def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, generator: torch.Gener
     Masked cells take their band's mean over the clip (0 after per-utterance normalisation), so a masked
     band looks like any normalised band and carries no level cue. The band's silence level (its minimum)
     was tried first: a flat stripe at the padding's floor is a cue of its own, and the networks then did
-    worse on unmasked clips than on masked ones (docs/ablations.md section 25).
+    worse on unmasked clips than on masked ones (docs/notebook.md#specaugment-band-masks-on-the-fsdd-recipe).
     """
     b, t, c = feats.shape
     keep = torch.ones(b, t, c, dtype=torch.bool)

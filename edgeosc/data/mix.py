@@ -1,6 +1,6 @@
 """Real speech plus every synthetic voice: the speaker variety a few real speakers cannot give.
 
-Measured on FSDD (docs/ablations.md sections 15, 20 and 29): three training speakers teach the speakers,
+Measured on FSDD (docs/results.md#levers, the data.synth_mix rows): three training speakers teach the speakers,
 not the words. The 93 eSpeak NG voices and 155 voices of 11 recorded speakers (flite, MBROLA, SVOX Pico,
 Festival; each at several vocal-tract lengths and pitches, data/recorded.py) saying the same words,
 band-limited to the recordings' band so no class is told apart by bandwidth, join the training split only

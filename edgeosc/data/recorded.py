@@ -1,7 +1,7 @@
 """Voices built from recordings of real speakers, for data.synth_mix, each made into many.
 
 eSpeak NG's voices are formant synthesis: one vocal-tract model with varied settings. These engines speak with
-recorded people, so they bring real timbres (docs/ablations.md sections 20 and 29):
+recorded people, so they bring real timbres (docs/results.md#levers):
   flite     CMU Flite (package flite): kal16 (US male, diphones), awb (Scottish male), rms (US male), slt (US
             female), clustergen voices from the CMU ARCTIC recordings
   mbrola    eSpeak NG's phonemes through MBROLA diphones (packages espeak-ng, mbrola, mbrola-us1, -us2, -us3,

@@ -1,4 +1,4 @@
-"""The attention maths, once: oscillator (softmax-free), softmax baseline and Kuramoto (MATH.md).
+"""The attention maths, once: oscillator (softmax-free), softmax baseline and Kuramoto (docs/maths.md).
 
 Functional cores take per-head tensors; the nn.Modules only project and merge heads.
 Shapes: B batch, H heads, T tokens, d_h query/key dim, d_v value dim, d_osc oscillator dim.
@@ -189,7 +189,7 @@ def cap_norm(x: Tensor, max_norm: float) -> Tensor:
 def kuramoto_attention(theta: Tensor, gate_q: Tensor, gate_k: Tensor, omega: Tensor, value_gate: Tensor,
                        *, tau: float | Tensor = 1.0, causal: bool = False, max_step: float = 1.0,
                        mask: Tensor | None = None) -> KuramotoOut:
-    """One Kuramoto attention step on phases theta [B,T,k] (MATH.md section 2).
+    """One Kuramoto attention step on phases theta [B,T,k] (docs/maths.md#kuramoto-attention).
 
     gate_q, gate_k [B,T,k]: raw gate logits, made positive (softplus) and divided by their mean over
     coordinates; omega [k]: natural frequencies, a rotary phase offset omega_j (t - u); value_gate
@@ -272,7 +272,7 @@ class OscillatorAttention(_Heads):
     """Projections F (query), G (key), V (value) and per-head anchors r_j = normalize(R e_j).
 
     anchors="projected" learns R; "tied" uses the first d_osc key coordinates of each head.
-    key_gate adds a weight per key and head, g_j = positive(K e_j), to the readout (docs/ablations.md section 43):
+    key_gate adds a weight per key and head, g_j = positive(K e_j), to the readout (docs/maths.md#key-gate):
     the shifted cosines only see the angle between z_i and r_j, so without it every key within a kernel width of
     z_i gets weight however uninformative (softmax weighs keys by themselves through the query bias).
     """

@@ -1,7 +1,7 @@
 """Keyword-spotting networks over feature frames [B, frames, coeffs] -> logits [B, classes].
 
 The oscillator and softmax networks are one transformer that differs only in its attention layer,
-so comparisons are fair. The Kuramoto network (MATH.md section 2) keeps a phase state instead.
+so comparisons are fair. The Kuramoto network (docs/maths.md#kuramoto-attention) keeps a phase state instead.
 """
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def _float_onnx(net: torch.nn.Module, x: torch.Tensor, cfg: ExportConfig, custom
     buf = io.BytesIO()
     with warnings.catch_warnings():  # the tracer notes that d_h becomes a constant: it is one
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter: QCDQ needs it (TOOLCHAIN.md)
+        warnings.simplefilter("ignore", DeprecationWarning)  # QCDQ: legacy exporter (docs/toolchain.md#onnx-export)
         torch.onnx.export(net, (x,), buf, **_kwargs(cfg, custom))
     return onnx.load_from_string(buf.getvalue())
 
@@ -57,7 +57,7 @@ def _qcdq_onnx(model: torch.nn.Module, x: torch.Tensor, cfg: ExportConfig, custo
     from brevitas.export import export_onnx_qcdq
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter: QCDQ needs it (TOOLCHAIN.md)
+        warnings.simplefilter("ignore", DeprecationWarning)  # QCDQ: legacy exporter (docs/toolchain.md#onnx-export)
         path = Path(tmp) / "model.onnx"  # Brevitas' QCDQ export returns nothing without a path
         # initializers must not be graph inputs, or onnxruntime cannot fold them into int8 kernels
         export_onnx_qcdq(model, args=x, export_path=str(path), keep_initializers_as_inputs=False,

@@ -117,7 +117,7 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
     dims = {0: "B", 1: "H", 2: "T"}
     with warnings.catch_warnings():  # d_h becomes a constant of the body: it is one
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter: QCDQ needs it (TOOLCHAIN.md)
+        warnings.simplefilter("ignore", DeprecationWarning)  # QCDQ: legacy exporter (docs/toolchain.md#onnx-export)
         torch.onnx.export(_Core(layer).eval(), args, buf, dynamo=False, opset_version=opset_of(opset_imports),
                           input_names=list(input_names), output_names=[OUTPUT],
                           dynamic_axes={n: dims for n in (*input_names, OUTPUT)}, custom_opsets={DOMAIN: VERSION})
