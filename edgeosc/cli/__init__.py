@@ -1,41 +1,27 @@
 """The `edgeosc` command line, in the pipeline's order: data, train (float, QAT, PTQ), eval, export, bench, report,
 deploy, listen; pipeline and sweep run the whole job; lab holds research tools.
 
-Config fields reach the command line through one door (`config_options`): every field of the config dataclasses
-(edgeosc/config.py) is settable with `--config FILE` (TOML, one table per dataclass, the `edgeosc pipeline` format)
-and repeatable `--set SECTION.FIELD=VALUE`; the common ones also have a flag, generated from the field (type,
-default, help from its comment). Everything is checked by config.from_dict and the dataclasses' __post_init__.
+Config fields reach the command line through one door, options.config_options.
 """
 from __future__ import annotations
 
-import ast
-import dataclasses
 import functools
-import inspect
-import io
 import json
-import re
 import statistics
-import textwrap
-import tokenize
-import tomllib
-import typing
 from collections import defaultdict
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
-from .config import ATTENTION_KINDS, DATASETS, NORMALIZE_MODES, POSITIVE_MAPS, QAT_EPOCHS, QAT_LR, QUANT_PRESETS, \
-    FeatureConfig, from_dict, to_dict
-from .pipeline import PipelineConfig, load_config
+from ..config import QAT_EPOCHS, QAT_LR, FeatureConfig, from_dict
+from .options import config_options, sections
 
 
 def friendly_errors(fn):
     """Known user-facing problems become one line on stderr and exit status 1, never a traceback."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from .runtime import InterpreterUnavailable  # torch-free: `edgeosc bench models` runs without torch
+        from ..runtime import InterpreterUnavailable  # torch-free: `edgeosc bench models` runs without torch
         try:
             return fn(*args, **kwargs)
         except (ValueError, FileNotFoundError, InterpreterUnavailable) as e:  # bad data, checkpoints, model files
@@ -43,279 +29,6 @@ def friendly_errors(fn):
         except KeyboardInterrupt:
             raise click.ClickException("interrupted; rerun with --resume to continue from the last epoch") from None
     return wrapper
-
-
-# ------------------------------------------------------------------------- config fields -> options
-
-# values a field may take, where its dataclass names them (flags become click.Choice; --set values are checked)
-CHOICES = {"data.dataset": DATASETS, "data.task": ("12", "all", "digits"), "model.attention": ATTENTION_KINDS,
-           "model.size": ("small", "medium"), "model.positive": POSITIVE_MAPS, "model.anchors": ("projected", "tied"),
-           "features.normalize": NORMALIZE_MODES, "train.device": ("auto", "cpu", "cuda"), "quant.preset": QUANT_PRESETS}
-
-
-@functools.cache
-def field_comments(cls) -> dict[str, str]:
-    """Field name -> its comment in the dataclass source (trailing, or the comment line just above)."""
-    src = textwrap.dedent(inspect.getsource(cls))
-    comments = {tok.start[0]: tok.string.lstrip("#").strip()
-                for tok in tokenize.generate_tokens(io.StringIO(src).readline) if tok.type == tokenize.COMMENT}
-    lines = src.splitlines()
-    out = {}
-    for node in ast.parse(src).body[0].body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            above = node.lineno - 1
-            own = comments.get(node.lineno)
-            if own is None and above in comments and lines[above - 1].lstrip().startswith("#"):
-                own = comments[above]
-            if own:
-                out[node.target.id] = own
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Field:
-    """One config field, found by its dotted key from the top of PipelineConfig."""
-    key: str
-    owner: type  # the dataclass holding it
-    name: str
-    hint: object  # its resolved type annotation
-    default: object
-
-    @property
-    def base(self) -> type:
-        """The scalar type (str, int, float, bool); for tuples, their items' type."""
-        args = [a for a in typing.get_args(self.hint) if a is not type(None) and a is not Ellipsis]
-        if typing.get_origin(self.hint) is tuple:
-            return args[0]
-        return args[0] if args else self.hint
-
-    @property
-    def is_tuple(self) -> bool:
-        return typing.get_origin(self.hint) is tuple
-
-    @property
-    def choices(self):
-        return CHOICES.get(re.sub(r"^qat\.", "train.", self.key))  # [qat] is a TrainConfig too
-
-    @property
-    def comment(self) -> str:
-        return field_comments(self.owner).get(self.name, "")
-
-    def coerce(self, value):
-        """A value from the command line (flag text or TOML) as the field's type where it is unambiguous: text for
-        text fields (--set data.task=12), comma-separated text for tuples of text; from_dict checks the rest."""
-        if self.base is str and not self.is_tuple and not isinstance(value, str) and not isinstance(value, list):
-            return str(value).lower() if isinstance(value, bool) else str(value)
-        if self.is_tuple and isinstance(value, str):
-            return [x.strip() for x in value.split(",") if x.strip()] if self.base is str else value
-        return value
-
-
-def sections(cls=PipelineConfig) -> dict[str, object]:
-    """Top-level names of PipelineConfig -> their dataclass (or, for a plain field such as `kinds`, None)."""
-    return {f.name: _default(f) if dataclasses.is_dataclass(_default(f)) else None for f in dataclasses.fields(cls)}
-
-
-def _default(f: dataclasses.Field):
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-def find_field(key: str) -> Field:
-    """The field a dotted key names ("train.augment.noise_prob"); ValueError naming what exists."""
-    cls, parts = PipelineConfig, key.split(".")
-    for i, part in enumerate(parts):
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        where = ".".join(parts[:i]) or "the top level"
-        if part not in fields:
-            raise ValueError(f"{key}: no field {part!r} in {where} (it has {', '.join(fields)})")
-        default = _default(fields[part])
-        if i == len(parts) - 1:
-            if dataclasses.is_dataclass(default):
-                raise ValueError(f"{key} is a table: set its fields ({', '.join(f.name for f in dataclasses.fields(default))})")
-            return Field(key, cls, part, typing.get_type_hints(cls)[part], default)
-        if not dataclasses.is_dataclass(default):
-            raise ValueError(f"{key}: {'.'.join(parts[:i + 1])} is a value, not a table")
-        cls = type(default)
-    raise ValueError(f"{key!r}: expected SECTION.FIELD")
-
-
-def parse_setting(item: str) -> tuple[str, object]:
-    """`SECTION.FIELD=VALUE` -> (key, value): VALUE parsed as TOML, a bare word as text."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise click.BadParameter(f"{item!r}: expected SECTION.FIELD=VALUE", param_hint="--set")
-    try:
-        return key.strip(), tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        return key.strip(), value  # a bare word: a string
-
-
-class Settings:
-    """What one command line sets: a TOML file, flags and --set overrides, each remembered with how it was given."""
-
-    def __init__(self, path, allowed: tuple[str, ...]):
-        self.path, self.allowed = path, allowed
-        self.overrides: dict[str, object] = {}
-        self.given_as: dict[str, str] = {}
-
-    def add(self, key: str, value, given_as: str, hint: str = "--set") -> None:
-        if key.split(".")[0] not in self.allowed:
-            raise click.BadParameter(f"{given_as.removeprefix('--set ')}: unknown section {key.split('.')[0]!r}; this command takes "
-                                     f"{', '.join(self.allowed)}", param_hint=hint)
-        try:
-            field = find_field(key)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint=hint) from None
-        value = field.coerce(value)
-        if field.choices and value not in field.choices:
-            raise click.BadParameter(f"{given_as.removeprefix('--set ')}: must be one of {', '.join(field.choices)}", param_hint=hint)
-        self.overrides[key] = value
-        self.given_as[key] = given_as
-
-    def file_tables(self) -> dict:
-        if self.path is None:
-            return {}
-        try:
-            return tomllib.loads(Path(self.path).read_text())
-        except (OSError, tomllib.TOMLDecodeError):
-            return {}  # load_config reports it
-
-    def given(self, section: str) -> list[str]:
-        """The fields of `section` this command line sets (in the file's table or by a flag / --set)."""
-        table = self.file_tables().get(section, {})
-        return list(dict.fromkeys([*(table if isinstance(table, dict) else {}),
-                                   *(k.split(".")[1] for k in self.overrides if k.split(".")[0] == section)]))
-
-    def describe(self, section: str) -> list[str]:
-        """How each setting of `section` was given (for error messages)."""
-        file = [f"[{section}] in {self.path}"] if section in self.file_tables() else []
-        return file + [self.given_as[k] for k in self.overrides if k.split(".")[0] == section]
-
-    def load(self, rename: dict[str, str] | None = None, base: dict | None = None) -> PipelineConfig:
-        """Defaults < `base` ({section: config}, for fields not given; a given data.dataset starts afresh) <
-        the file < flags and --set, through pipeline.load_config; any error is a click error naming its source."""
-        overrides = {}
-        for section, cfg in (base or {}).items():
-            given = self.given(section)
-            if section == "data" and "dataset" in given:
-                continue  # another dataset: none of the old one's settings apply
-            overrides.update({f"{section}.{k}": v for k, v in to_dict(cfg).items() if k not in given})
-        for key, value in self.overrides.items():
-            section, _, rest = key.partition(".")
-            overrides[f"{(rename or {}).get(section, section)}.{rest}" if rest else key] = value
-        try:
-            cfg = load_config(self.path, overrides)
-        except ValueError as e:
-            msg = re.sub(r"^pipeline config: ", "", str(e))
-            named = [g for k, g in self.given_as.items() if re.search(rf"\b{re.escape(k.split('.')[-1])}\b", msg)]
-            raise click.ClickException(msg + (f" (given: {', '.join(named)})" if named else "")) from None
-        if cfg.data.data_dir and not Path(cfg.data.data_dir).is_dir():
-            raise click.ClickException(f"{self.given_as.get('data.data_dir', 'data.data_dir')}: no such folder")
-        for name in ("train", "qat"):  # recorded paths: absolute
-            run = getattr(cfg, name)
-            if run.init_from:
-                cfg = dataclasses.replace(cfg, **{name: dataclasses.replace(
-                    run, init_from=str(Path(run.init_from).expanduser().resolve()))})
-        return cfg
-
-
-def to_toml(cfg, names) -> str:
-    """The `names` tables of a PipelineConfig as TOML, each field with its comment (unset ones commented out)."""
-    def table(title, obj, out):
-        out.append(f"[{title}]")
-        nested = []
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                nested.append((f"{title}.{f.name}", value))
-                continue
-            note = field_comments(type(obj)).get(f.name, "")
-            line = f"{f.name} = {json.dumps(list(value) if isinstance(value, tuple) else value)}"
-            line = f"# {f.name} = (unset)" if value is None else line
-            out.append(f"{line}  # {note}" if note else line)
-        for t, v in nested:
-            out.append("")
-            table(t, v, out)
-    out = []
-    for name in names:
-        value = getattr(cfg, name)
-        if dataclasses.is_dataclass(value):
-            table(name, value, out)
-            out.append("")
-        else:
-            out.insert(0, f"{name} = {json.dumps(list(value) if isinstance(value, tuple) else value)}")
-    return "\n".join(out).rstrip() + "\n"
-
-
-def config_options(allowed: tuple[str, ...], flags: list[tuple[str, str, str | None]], show=None, presets=(),
-                   printable=True):
-    """Give a command --config FILE, repeatable --set SECTION.FIELD=VALUE, --print-config and a flag per
-    (flag, key, help) in `flags`, its type, default and choices taken from the config field (help: the given
-    text, else the field's comment); `presets` are (flag, {key: value}, help): a flag that sets several fields
-    (a --set of one of them wins); `printable`: offer --print-config. The command receives `settings` (a
-    Settings) instead."""
-    show = show or allowed
-    first = find_field(flags[0][1]).default
-    example = "model.dropout=0.2" if "model" in allowed else \
-        f"{flags[0][1]}={first if isinstance(first, str) else json.dumps(first)}"
-    made = []
-    for flag, key, text in flags:
-        field = find_field(key)
-        dest = "cfg__" + key.replace(".", "__")
-        help_ = (text or field.comment[:1].upper() + field.comment[1:]).rstrip(".") + f". [{key}]"
-        kw = dict(help=help_, show_default=not (field.default is None or field.default is False or field.default == ()))
-        if field.base is bool:
-            kw.update(is_flag=True, default=False)
-        elif field.is_tuple and field.base is str:
-            kw.update(default=",".join(field.default), metavar="A,B,...", show_default=bool(field.default))
-            kw["help"] = kw["help"].replace(f". [{key}]", f" (comma-separated). [{key}]")
-        elif field.is_tuple:
-            kw.update(type=field.base, nargs=len(field.default), default=field.default)
-        else:
-            kind = click.Path() if field.base is str and field.default is None else field.base  # data_dir, init_from
-            kw.update(type=click.Choice(field.choices) if field.choices else kind, default=field.default)
-        made.append((dest, flag, key, click.option(flag, dest, **kw)))
-    for flag, values, text in presets:
-        for key in values:
-            find_field(key)  # a typo here fails at import, not at the command line
-        dest = "cfg__" + flag.strip("-").replace("-", "_")
-        made.append((dest, flag, values, click.option(flag, dest, is_flag=True, help=text)))
-
-    def deco(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kw):
-            ctx = click.get_current_context()
-            settings = Settings(kw.pop("config_path"), allowed)
-            for dest, flag, key, _ in made:
-                value = kw.pop(dest)
-                if ctx.get_parameter_source(dest) is not ParameterSource.DEFAULT and not isinstance(key, dict):
-                    settings.add(key, value, f"{flag} {value}" if value is not True else flag, hint=flag)
-            for item in kw.pop("settings"):
-                key, value = parse_setting(item)
-                settings.add(key, value, f"--set {item}")
-            for dest, flag, values, _ in made:
-                if isinstance(values, dict) and ctx.params.get(dest):
-                    for key, value in values.items():
-                        if key not in settings.overrides:
-                            settings.add(key, value, flag, hint=flag)
-            if kw.pop("print_config", False):
-                click.echo(to_toml(settings.load(), show), nl=False)
-                return None
-            return fn(*args, settings=settings, **kw)
-
-        opts = [click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
-                             help=f"TOML file, one table per section ({', '.join(show)}), as `edgeosc pipeline` "
-                                  "reads; flags and --set override it."),
-                click.option("--set", "settings", multiple=True, metavar="SECTION.FIELD=VALUE",
-                             help=f"Set any config field (edgeosc/config.py), e.g. --set {example} "
-                                  "(value parsed as TOML; repeatable)." + (" --print-config lists them." * printable))]
-        if printable:
-            opts.append(click.option("--print-config", is_flag=True,
-                                     help="Print the resulting config (every field, as TOML) and exit."))
-        for opt in reversed(opts + [m[3] for m in made]):
-            wrapper = opt(wrapper)
-        return wrapper
-    return deco
 
 
 class Ordered(click.Group):
@@ -394,7 +107,7 @@ def data_synth(settings, cache_dir):
 
     12 classes spoken by eSpeak NG voice variants (and recorded-speaker voices), split by voice.
     """
-    from .data import load_dataset
+    from ..data import load_dataset
     cfg = settings.load().data
     if cfg.dataset != "synth":
         raise click.ClickException(f"`edgeosc data synth` makes the synthetic set, not {cfg.dataset} "
@@ -411,7 +124,7 @@ def data_info(settings, cache_dir):
 
     Decodes and caches it on first use.
     """
-    from .data import load_dataset
+    from ..data import load_dataset
     ds = load_dataset(settings.load().data, cache_dir)
     click.echo(describe(ds))
     for f, why in ds.skipped[:20]:
@@ -469,13 +182,13 @@ def train(settings, out, resume, qat, from_ckpt, cache_dir, quiet):
 
     Keeps the best checkpoint by validation accuracy and reports test accuracy.
     """
-    from .data import load_dataset
-    from .evaluate import format_confusion
-    from .train import train as run_train
+    from ..data import load_dataset
+    from ..evaluate import format_confusion
+    from ..train import train as run_train
     build = None
     if qat or from_ckpt:
-        from .checkpoint import load_checkpoint
-        from .train import qat_builder
+        from ..checkpoint import load_checkpoint
+        from ..train import qat_builder
         fixed = settings.describe("model") + settings.describe("features")
         if not (qat and from_ckpt) or fixed:
             raise click.ClickException("--qat needs --from CHECKPOINT, which sets the model and features "
@@ -519,9 +232,9 @@ def eval_cmd(checkpoint, settings, cache_dir, split, device, interpreter, as_jso
     CHECKPOINT is a .pt, or an exported .tflite beside its manifest.json. It is evaluated on a split of its own
     dataset; data settings given here change it, another --dataset replaces it.
     """
-    from .data import load_dataset
-    from .checkpoint import load_checkpoint
-    from .evaluate import evaluate_checkpoint, evaluate_tflite, format_confusion
+    from ..data import load_dataset
+    from ..checkpoint import load_checkpoint
+    from ..evaluate import evaluate_checkpoint, evaluate_tflite, format_confusion
     model_file = Path(checkpoint)
     if model_file.suffix == ".tflite":
         manifest = model_file.parent / "manifest.json"
@@ -570,7 +283,7 @@ def export_cmd(source, settings, target, out, name, no_fuse):
     """
     if target == "c":
         return export_c(Path(source), out, name, not no_fuse)
-    from .export import MANIFEST, export_checkpoint
+    from ..export import MANIFEST, export_checkpoint
     folder = export_checkpoint(source, out, target, settings.load().export)
     manifest = json.loads((folder / MANIFEST).read_text())
     for name, info in manifest["files"].items():
@@ -578,9 +291,9 @@ def export_cmd(source, settings, target, out, name, no_fuse):
 
 
 def export_c(source: Path, out, name, fuse: bool) -> None:
-    from .cbuild import FIRMWARE
-    from .export import MANIFEST, export_checkpoint
-    from .export import c as firmware
+    from ..cbuild import FIRMWARE
+    from ..export import MANIFEST, export_checkpoint
+    from ..export import c as firmware
     if source.suffix == ".tflite":
         name = firmware.c_name(name or (Path(out).name if out else source.stem))
         folder = Path(out or FIRMWARE / name)
@@ -639,8 +352,8 @@ def bench_models(models, runtimes, runs, warmup, threads, no_memory, power, powe
     Batch 1, runs as is on a Raspberry Pi. Min/median/p90/p99 of interleaved runs, resident memory, size and the system; with --power or --power-log
     the energy per inference (measured, idle power subtracted). Needs only numpy and a runtime.
     """
-    from .bench import power as pw
-    from .bench.latency import bench as run_bench, format_table
+    from ..bench import power as pw
+    from ..bench.latency import bench as run_bench, format_table
     monitor = {"ina219": lambda: pw.INA219Monitor(i2c_bus, shunt_ohms=shunt_ohms),
                "ina260": lambda: pw.INA260Monitor(i2c_bus), "pmic": pw.PMICMonitor, None: None}[power]
     if power_log:
@@ -656,7 +369,7 @@ def bench_models(models, runtimes, runs, warmup, threads, no_memory, power, powe
                        power=monitor)
     click.echo(format_table(report))
     if json_path:
-        from .io import write_json
+        from ..io import write_json
         write_json(json_path, report)
         click.echo(f"results: {json_path}")
 
@@ -674,7 +387,7 @@ def bench_pair(oscillator, softmax, runs, threads, as_json):
     Batch 1, interleaved runs. OSCILLATOR and SOFTMAX are run or export folders; onnxruntime times their .onnx files, ai-edge-litert,
     tflite-runtime and tflite-micro their .tflite files.
     """
-    from .bench.latency import compare
+    from ..bench.latency import compare
     rows = compare(oscillator, softmax, runs, threads, echo=(lambda *_: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
@@ -688,7 +401,7 @@ def bench_attention(repeats, threads):
 
     Direct vs factorized oscillator attention vs softmax attention, one run.
     """
-    from .bench.microbench import attention_microbench
+    from ..bench.microbench import attention_microbench
     attention_microbench(repeats=repeats, threads=threads, echo=click.echo)
 
 
@@ -714,7 +427,7 @@ def report_write(run, boards):
     RUN/report/: the oscillator-vs-softmax report (Markdown, JSON, plots), merging the bench JSONs measured
     on boards.
     """
-    from .report import write_report
+    from ..report import write_report
     click.echo(f"report: {write_report(run, None, boards)}")
 
 
@@ -727,8 +440,8 @@ def report_seeds(run_dirs, as_json):
 
     Grouped by dataset, attention, size, d_osc, p. RUN_DIRS are run folders or folders holding them (searched for results.json).
     """
-    from .checkpoint import load_checkpoint
-    from .train import read_results
+    from ..checkpoint import load_checkpoint
+    from ..train import read_results
     groups = defaultdict(list)
     for root in run_dirs:
         for res_file in sorted(Path(root).rglob("results.json")):
@@ -768,7 +481,7 @@ def deploy(run, target, out):
     power-measurement entry point (run_bench.sh) and a README; `edgeosc report write RUN --board
     results/bench-<host>.json` merges what it measures.
     """
-    from .deploy import build_bundle
+    from ..deploy import build_bundle
     folder = build_bundle(run, out)
     click.echo(f"bundle: {folder} (and {folder.with_suffix('.tar.gz')}); on the Pi: see {folder / 'README.md'}")
 
@@ -788,7 +501,7 @@ def listen(model, wav, mic, hop_ms, threshold, smooth):
     MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json. A sliding window every hop, smoothed posteriors, detections with timestamps and per-hop latency. Only
     the new feature frames are computed each hop.
     """
-    from .stream import listen_command
+    from ..stream import listen_command
     if model.endswith(".pt"):
         import torch
         torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
@@ -810,7 +523,7 @@ def pipeline(settings, out, cache_dir, quiet):
     data -> float training (oscillator and softmax) -> QAT -> exports -> parity -> latency -> report. Re-running skips what is done and resumes what was cut; the config file is TOML with one table per
     section (edgeosc/pipeline.py).
     """
-    from .pipeline import PipelineError, run_pipeline
+    from ..pipeline import PipelineError, run_pipeline
     cfg = settings.load()
     try:
         path = run_pipeline(cfg, out, cache_dir, progress=not quiet, echo=click.echo)
@@ -834,7 +547,7 @@ def sweep(config, out, cache_dir, ray_address, gpus_per_run, quiet):
     CONFIG is a sweep file (see sweeps/); the runs train in-process, or as Ray Tune trials. Writes results.csv/json, accuracy.png and training.png (loss and largest gradient norm per epoch).
     Finished runs are skipped and unfinished ones resumed, so an interrupted sweep continues where it stopped.
     """
-    from .sweep import run_sweep
+    from ..sweep import run_sweep
     out = Path(out or f"runs/sweep-{Path(config).stem}")
     rows = run_sweep(config, out, cache_dir, progress=not quiet, echo=click.echo, ray_address=ray_address,
                      gpus_per_run=gpus_per_run)
@@ -856,7 +569,7 @@ def dynamics(samples, delta):
 
     Integrates the flow: closed-form error, convergence time and failure modes for each d_osc.
     """
-    from .dynamics import convergence_study
+    from ..dynamics import convergence_study
     click.echo(f"{'d_osc':>5} {'max rel err':>12} {'mean t':>8} {'p95 t':>8} {'P(|h|<delta)':>13} {'P(near -z*)':>12}")
     for d in (2, 3, 4, 8, 16, 32):
         r = convergence_study(d, samples, delta=delta)
