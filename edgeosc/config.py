@@ -10,7 +10,9 @@ KWS12_CLASSES = (SILENCE, UNKNOWN) + KEYWORDS  # the conventional 12-class Speec
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto")
-POSITIVE_MAPS = ("softplus", "elu1", "relu2")
+POSITIVE_MAPS = ("softplus", "elu1", "relu2", "taylor2")
+POLYNOMIAL_MAPS = ("taylor2",)  # positive maps with a finite feature map: the linear form needs one
+FORMS = ("direct", "linear")
 NORMALIZE_MODES = ("none", "utterance", "active")  # features.py: which per-band mean each clip loses
 
 
@@ -106,6 +108,7 @@ class ModelConfig:
     positive: str = "relu2"
     anchors: str = "projected"  # "projected": own projection R; "tied": first d_osc key coordinates
     key_gate: bool = False  # a learned weight per key in the readout (attention.py, docs/maths.md#key-gate)
+    form: str = "direct"  # oscillator core: "direct" (T x T passes) or "linear" (sums over keys; positive taylor2)
     score_scale: float = 4.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
     eps: float = 1e-6
     dropout: float = 0.1
@@ -121,6 +124,11 @@ class ModelConfig:
             raise ValueError("key_gate is an oscillator setting")
         if self.d_osc < 1 or self.p < 1:
             raise ValueError("d_osc and p must be >= 1")
+        if self.form not in FORMS:
+            raise ValueError(f"unknown form {self.form!r}; choose from {FORMS}")
+        if self.form == "linear" and (self.attention != "oscillator" or self.positive not in POLYNOMIAL_MAPS):
+            raise ValueError(f"form 'linear' is an oscillator setting and needs a polynomial positive map "
+                             f"({', '.join(POLYNOMIAL_MAPS)}), not positive {self.positive!r}")
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,8 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
     for block in net.blocks:
         attn = block.attn
         kind = "softmax" if isinstance(attn, SoftmaxAttention) else "oscillator"
-        if kind == "oscillator" and attn.factorized:
-            raise ValueError("QAT uses the direct oscillator form; the factorized core has no quantization points")
+        if kind == "oscillator" and attn.form == "linear":
+            attn.form = "direct"  # the same function: QAT and the int8 graphs run the direct form of a linear model
         anchor, gate = getattr(attn, "anchor", None), getattr(attn, "gate", None)
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
         names = (QUANT_POINTS[kind] + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or anchor is not None)

@@ -6,7 +6,7 @@ FFT, mel filters and log; the per-window mean (features.py's "utterance" normali
 over the window's frames, which makes the features equal to the batch features of the same audio.
 
 The network is recomputed on the whole window every hop, for an oscillator model as for softmax. The
-factorized readout out_i = phi(z_i)^T S / phi(z_i)^T s sums over keys, S = sum_j psi(r_j) v_j^T, and a
+linear form's readout out_i = phi(z_i)^T S / phi(z_i)^T s sums over keys, S = sum_j psi(r_j) v_j^T, and a
 sliding sum could add the entering tokens and drop the leaving ones, but only if the tokens that stay
 kept their r_j and v_j. Here none do: (1) the window mean moves every frame's features; (2) the
 positional embeddings are absolute, so a frame that slides from position t to t - n gets pos[t - n]

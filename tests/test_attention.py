@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from edgeosc.models.attention import (POSITIVE, KuramotoBlock, OscillatorAttention, SoftmaxAttention,
-                                      kuramoto_attention, oscillator_attention,
-                                      oscillator_attention_factorized, softmax_attention)
+                                      harmonic_coefficients, kuramoto_attention, oscillator_attention,
+                                      oscillator_attention_linear, softmax_attention)
 
 B, H, T, DH, DV = 2, 3, 11, 8, 5
 
@@ -25,19 +25,61 @@ def masks():
     return [None, padding, causal]
 
 
-@pytest.mark.parametrize("p", [1, 2, 3])
-@pytest.mark.parametrize("d_osc", [2, 8])
-@pytest.mark.parametrize("mask_i", [0, 1, 2])
-def test_factorized_equals_direct(p, d_osc, mask_i):
-    mask = masks()[mask_i]
+def key_masks():
+    """(key_mask [B,T], causal) and the [.., T, T] mask of the direct form they stand for."""
+    lengths = torch.tensor([T, T - 4])
+    keys = torch.arange(T) < lengths[:, None]  # [B,T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return [(None, False, None), (keys, False, keys[:, None, None, :]), (None, True, causal),
+            (keys, True, keys[:, None, None, :] & causal)]
+
+
+def close(a, b, tol=1e-9):
+    return (a - b).norm() <= tol * b.norm()
+
+
+@pytest.mark.parametrize("p", [1, 2, 4])
+@pytest.mark.parametrize("d_osc", [2, 3])
+@pytest.mark.parametrize("masking", range(4), ids=["none", "padding", "causal", "padding+causal"])
+@pytest.mark.parametrize("gated", [False, True])
+def test_linear_form_equals_direct(p, d_osc, masking, gated):
+    """Sums over keys (harmonics at d_osc 2, monomials else) == the direct form with taylor2, values and gradients."""
+    key_mask, causal, mask = key_masks()[masking]
     q, k, v, r = inputs(d_osc, seed=p + d_osc)
-    direct = oscillator_attention(q, k, v, r, p=p, mask=mask)
-    fact = oscillator_attention_factorized(q, k, v, r, p=p, mask=mask)
-    assert (fact - direct).norm() / direct.norm() <= 1e-5
-    gd = torch.autograd.grad(direct.square().sum(), (q, k, v, r))
-    gf = torch.autograd.grad(fact.square().sum(), (q, k, v, r))
-    for a, b in zip(gd, gf):
-        assert (a - b).norm() / a.norm() <= 1e-5
+    g = (torch.rand(B, H, T, 1, generator=torch.Generator().manual_seed(3), dtype=q.dtype) + 0.1).requires_grad_()
+    g = g if gated else None
+    direct = oscillator_attention(q, k, v, r, p=p, positive="taylor2", mask=mask, g=g)
+    linear = oscillator_attention_linear(q, k, v, r, p=p, key_mask=key_mask, causal=causal, g=g)
+    assert close(linear, direct)
+    wrt = (q, k, v, r) + ((g,) if gated else ())
+    for i, (a, b) in enumerate(zip(torch.autograd.grad(linear.square().sum(), wrt),
+                                   torch.autograd.grad(direct.square().sum(), wrt))):
+        if i == 3 and d_osc == 2:  # the harmonics hold on the unit circle, where the model's anchors live
+            a, b = (x - (x * r).sum(-1, keepdim=True) * r for x in (a, b))  # (r = unit(R x)): tangent parts
+        assert close(a, b, 1e-8)
+
+
+def test_linear_form_is_causal_and_needs_a_polynomial_map():
+    q, k, v, r = inputs(2)
+    out = oscillator_attention_linear(q, k, v, r, p=4, causal=True)
+    later = [x.clone() for x in (q, k, v, r)]
+    for x in later:
+        x.data[:, :, 6:] = torch.randn_like(x[:, :, 6:])  # change the future
+    later[3].data = torch.nn.functional.normalize(later[3].data, dim=-1)
+    moved = oscillator_attention_linear(*later, p=4, causal=True)
+    torch.testing.assert_close(moved[:, :, :6], out[:, :, :6])  # the past does not see it
+    assert not torch.allclose(moved[:, :, 6:], out[:, :, 6:])
+    with pytest.raises(ValueError, match="polynomial positive map"):
+        oscillator_attention_linear(q, k, v, r, positive="relu2")
+    with pytest.raises(ValueError, match="polynomial positive map"):
+        OscillatorAttention(16, 4, positive="relu2", form="linear")
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6])
+def test_harmonic_coefficients(p):
+    d = torch.linspace(-math.pi, math.pi, 101, dtype=torch.float64)
+    series = sum(a * torch.cos(m * d) for m, a in enumerate(harmonic_coefficients(p)))
+    torch.testing.assert_close(series, (1 + torch.cos(d)) ** p)
 
 
 def test_p1_closed_form_readout():
@@ -77,23 +119,24 @@ def test_positive_maps_strictly_positive():
         assert (fn(x) > 0).all(), name
 
 
-@pytest.mark.parametrize("factorized", [False, True])
-def test_degenerate_states_are_finite(factorized):
-    core = oscillator_attention_factorized if factorized else oscillator_attention
+@pytest.mark.parametrize("form", ["direct", "linear"])
+def test_degenerate_states_are_finite(form):
+    core = oscillator_attention_linear if form == "linear" else oscillator_attention
     q, k, v, r = inputs(2)
     # antipodal anchors with equal weights: h = w r_0 + w (-r_0) = 0 exactly
     r0 = torch.tensor([1.0, 0.0], dtype=torch.float64)
     r_anti = torch.stack([r0 if j % 2 == 0 else -r0 for j in range(T - 1)] + [torch.zeros(2, dtype=torch.float64)])
     r_anti = r_anti.expand(B, H, T, 2).clone().requires_grad_()
     q0 = torch.zeros_like(q, requires_grad=True)  # equal weights for every key
-    out = core(q0, k, v, r_anti[..., :, :], p=2)
+    out = core(q0, k, v, r_anti[..., :, :], p=2, positive="taylor2")
     grads = torch.autograd.grad(out.sum(), (q0, k, v, r_anti))
     assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
     # z = 0: the readout degenerates to the uniform mean of the values
     torch.testing.assert_close(out, v.mean(-2, keepdim=True).expand_as(out))
     # all keys masked: finite zeros, not NaN
-    none = torch.zeros(1, 1, 1, T, dtype=torch.bool)
-    out = core(q, k, v, r, mask=none)
+    none = torch.zeros(B, T, dtype=torch.bool)
+    out = (core(q, k, v, r, key_mask=none) if form == "linear"
+           else core(q, k, v, r, mask=none[:, None, None, :], positive="taylor2"))
     assert torch.isfinite(out).all() and (out == 0).all()
 
 
@@ -124,12 +167,12 @@ def test_kuramoto_score_uses_phase_offset():
     torch.testing.assert_close(out.attn[0], torch.softmax(s, -1))
 
 
-def test_modules_shapes_and_factorized_module():
+def test_modules_shapes_and_linear_module():
     x = torch.randn(2, T, 16)
-    osc = OscillatorAttention(16, 4, d_osc=3, p=2)
-    fac = OscillatorAttention(16, 4, d_osc=3, p=2, factorized=True)
-    fac.load_state_dict(osc.state_dict())
-    torch.testing.assert_close(osc(x), fac(x), rtol=1e-4, atol=1e-5)
+    osc = OscillatorAttention(16, 4, d_osc=3, p=2, positive="taylor2")
+    lin = OscillatorAttention(16, 4, d_osc=3, p=2, positive="taylor2", form="linear")
+    lin.load_state_dict(osc.state_dict())
+    torch.testing.assert_close(osc(x), lin(x), rtol=1e-4, atol=1e-5)
     assert SoftmaxAttention(16, 4)(x).shape == x.shape
     tied = OscillatorAttention(16, 4, d_osc=2, anchors="tied")
     assert tied(x).shape == x.shape and tied.anchor is None
@@ -153,19 +196,20 @@ def test_key_gate_weighs_keys_in_the_readout(mask_i):
     assert a[..., 2].max() < 1e-7 and plain[..., 2].max() > 1e-2
     expected = plain * g.transpose(-1, -2)  # a_ij = g_j c_ij / sum_l g_l c_il
     torch.testing.assert_close(a, expected / expected.sum(-1, keepdim=True))
-    fact = oscillator_attention_factorized(q, k, v, r, p=4, mask=mask, g=g)
-    assert (fact - out).norm() / out.norm() <= 1e-5
 
 
-def test_key_gate_module_is_oscillator_only_and_matches_its_factorized_form():
+def test_key_gate_module_is_oscillator_only_and_matches_its_linear_form():
     from edgeosc.config import ModelConfig
     from edgeosc.models.kws import build_model
     with pytest.raises(ValueError, match="oscillator setting"):
         ModelConfig(attention="softmax", key_gate=True)
-    model = build_model(ModelConfig(key_gate=True)).eval()
+    with pytest.raises(ValueError, match="polynomial positive map"):
+        ModelConfig(form="linear")  # relu2, the default map, has no finite feature map
+    model = build_model(ModelConfig(key_gate=True, d_osc=2, positive="taylor2")).eval()
     x = torch.randn(2, 49, 40)
     attn = model.blocks[0].attn
     assert attn.gate is not None and (attn.gates_of(torch.zeros(1, 49, 32)) > 0).all()
     before = model(x)
-    attn.factorized = True
+    for block in model.blocks:
+        block.attn.form = "linear"
     torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)

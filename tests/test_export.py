@@ -133,3 +133,28 @@ def test_latency_benchmark_runs_both_kinds(runs):
     rows = compare(runs["oscillator"]["dir"], runs["softmax"]["dir"], runs=3, echo=lines.append)
     assert [r["file"] for r in rows] == ["float.onnx", "float_op.onnx", "int8_qcdq.onnx", "int8_qcdq_op.onnx"]
     assert all(r["ratio"] > 0 and r["oscillator"]["median_ms"] > 0 for r in rows) and "ratio" in lines[1]
+
+
+def test_linear_model_exports_and_quantizes_as_its_direct_form(tmp_path):
+    """A linear-form model: float ONNX and float TFLite trace the same function; QAT (and so every int8 export)
+    runs the direct form of it; no custom-op file claims the direct op's contract."""
+    from edgeosc import runtime
+    from edgeosc.checkpoint import Checkpoint
+    from edgeosc.config import FeatureConfig, ModelConfig, QuantConfig
+    from edgeosc.models.kws import build_model
+    from edgeosc.quant import float_model, quantize_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_classes=3, d_osc=2, positive="taylor2", form="linear", key_gate=True)).eval()
+    x = torch.randn(4, 49, 40)
+    with torch.no_grad():
+        want = model(x).numpy()
+        ckpt = Checkpoint.of(model, FeatureConfig(), ["a", "b", "c"])
+        onnx_dir = export(ckpt, ExportConfig(), tmp_path / "onnx")
+        assert sorted(p.name for p in onnx_dir.glob("*.onnx")) == ["float.onnx"]
+        assert np.abs(OnnxRunner(onnx_dir / "float.onnx")(x.numpy()) - want).max() < 1e-5
+        tfl = export(ckpt, ExportConfig(), tmp_path / "tflite", "tflite") / "float.tflite"
+        assert np.abs(runtime.load(tfl, "ai-edge-litert").run(x.numpy()) - want).max() < 1e-4
+        qat = quantize_model(model, QuantConfig())
+        assert model.blocks[0].attn.form == "linear" and qat.net.blocks[0].attn.form == "direct"
+        assert np.abs(float_model(qat)(x).numpy() - want).max() < 1e-5

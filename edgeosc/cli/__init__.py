@@ -140,6 +140,7 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--p", "model.p", "Readout sharpening power"),
     ("--positive", "model.positive", "Positive map of the coupling weights"),
     ("--key-gate", "model.key_gate", None),
+    ("--form", "model.form", None),
     ("--dropout", "model.dropout", "Dropout rate"),
     ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands; >0: that many MFCCs"),
     ("--normalize", "features.normalize", "Per-clip mean subtraction of the features: over every frame "
@@ -399,7 +400,7 @@ def bench_pair(oscillator, softmax, runs, threads, as_json):
 def bench_attention(repeats, threads):
     """Attention cores alone in torch, as ratios.
 
-    Direct vs factorized oscillator attention vs softmax attention, one run.
+    Direct vs linear oscillator attention (taylor2) vs softmax attention, one run.
     """
     from ..bench.microbench import attention_microbench
     attention_microbench(repeats=repeats, threads=threads, echo=click.echo)

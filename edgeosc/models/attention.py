@@ -6,6 +6,7 @@ Shapes: B batch, H heads, T tokens, d_h query/key dim, d_v value dim, d_osc osci
 from __future__ import annotations
 
 import math
+from itertools import combinations_with_replacement
 from typing import NamedTuple
 
 import torch
@@ -21,11 +22,18 @@ def _relu2(x: Tensor) -> Tensor:
     return F.relu(x).square() + RELU2_FLOOR
 
 
+def _taylor2(x: Tensor) -> Tensor:
+    return 1.0 + x + 0.5 * x.square()  # exp's second-order Taylor polynomial: ((1 + x)^2 + 1) / 2 >= 1/2
+
+
 # Positive maps for the coupling weights w. softplus is the paper's. elu1 (ELU + 1, range (0, inf))
 # and relu2 (squared ReLU plus a floor) are edge-friendly: relu2 is a multiply and a max, and both
-# are exact in an int8 lookup table without exp at run time.
+# are exact in an int8 lookup table without exp at run time. taylor2 is a polynomial, so sigma(q.k) is a
+# dot product of finite feature maps, which the linear form needs (coupling_features).
 RELU2_FLOOR = 1.0 / 64
-POSITIVE = {"softplus": F.softplus, "elu1": _elu1, "relu2": _relu2}
+POSITIVE = {"softplus": F.softplus, "elu1": _elu1, "relu2": _relu2, "taylor2": _taylor2}
+POLYNOMIAL = ("taylor2",)
+FORMS = ("direct", "linear")  # the oscillator core: T x T passes, or sums over keys (oscillator_attention_linear)
 
 
 def _masked_fill(x: Tensor, mask: Tensor | None, value: float) -> Tensor:
@@ -123,41 +131,84 @@ def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int =
     return (out, a) if return_weights else out
 
 
-def _poly_features(x: Tensor, p: int, weighted: bool) -> Tensor:
-    """phi with phi(z).psi(r) = (1 + z.r)^p: tensor powers x^(⊗m), m = 0..p, binomial weights on psi."""
-    feats, cur = [torch.ones_like(x[..., :1])], torch.ones_like(x[..., :1])
-    for m in range(1, p + 1):
-        cur = (cur.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2)  # [..., d^m]
-        feats.append(cur * math.comb(p, m) if weighted else cur)
-    return torch.cat(feats, -1)  # [..., D_p], D_p = sum_m d_osc^m
+def _ones(x: Tensor) -> Tensor:
+    """A column of ones shaped as x[..., :1], computed from x so that an ONNX trace keeps its batch dynamic."""
+    return x[..., :1] * 0 + 1
 
 
-def oscillator_attention_factorized(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1,
-                                    eps: float = 1e-6, positive: str = "softplus",
-                                    mask: Tensor | None = None, g: Tensor | None = None) -> Tensor:
-    """Same result as oscillator_attention without forming the T x T readout matrix.
+def coupling_features(x: Tensor) -> Tensor:
+    """phi with phi(q).phi(k) = taylor2(q.k / sqrt(d_h)): [1, x', x'_a x'_b for a <= b] with x' = x / d_h^(1/4), the
+    squares weighed by sqrt(1/2) (the feature map of "Based" linear attention): 1 + d_h + d_h (d_h + 1) / 2 features."""
+    d = x.shape[-1]
+    x = x * d ** -0.25
+    a, b = map(list, zip(*combinations_with_replacement(range(d), 2)))  # a <= b (constants: the graph gathers)
+    w = torch.tensor([math.sqrt(0.5) if i == j else 1.0 for i, j in zip(a, b)], dtype=x.dtype, device=x.device)
+    return torch.cat([_ones(x), x, x[..., a] * x[..., b] * w], -1)
 
-    (1 + z.r)^p = phi(z).psi(r) with D_p = sum_{m<=p} d_osc^m features, so
-    out_i = phi(z_i)^T (Psi^T V) / phi(z_i)^T (Psi^T 1).  For p = 1 this is
-    (sum_j v_j + z_i^T R^T V) / (T + z_i^T sum_j r_j). Cost of the readout: O(T D_p d_v) instead of
-    O(T^2 (d_osc + d_v)), cheaper whenever D_p < T (d_osc = 2: D_1 = 3, D_2 = 7, D_3 = 15). A mask
-    with one query row (key padding) stays O(T); a full [T, T] mask costs one mask matmul.
+
+def harmonic_coefficients(p: int) -> list[float]:
+    """a_m with (1 + cos d)^p = sum_{m=0..p} a_m cos(m d): a_0 = C(2p, p) / 2^p, a_m = 2 C(2p, p - m) / 2^p."""
+    return [math.comb(2 * p, p - m) * (1 if m == 0 else 2) / 2 ** p for m in range(p + 1)]
+
+
+def _harmonics(x: Tensor, p: int) -> Tensor:
+    """[cos m t, sin m t for m = 1..p] of x = (cos t, sin t), as the powers (x_0 + i x_1)^m: no trigonometry."""
+    c, s, out = x[..., :1], x[..., 1:2], []
+    cm, sm = c, s
+    for _ in range(p):
+        out += [cm, sm]
+        cm, sm = cm * c - sm * s, sm * c + cm * s
+    return torch.cat(out, -1)
+
+
+def readout_features(z: Tensor, r: Tensor, p: int) -> tuple[Tensor, Tensor]:
+    """phi(z_i), psi(r_j) with phi(z_i).psi(r_j) = (1 + z_i.r_j)^p.
+
+    d_osc = 2: harmonics, 2p + 1 features, exact for unit anchors and z unit or 0 (a row of z = 0 scales its
+    readout by a_0, which the normalisation cancels). Otherwise: the monomials of degree <= p, C(d_osc + p, p)
+    features, psi weighed by C(p, m) m! / alpha! (exact for any z, r).
     """
-    z = oscillator_state(q, k, r, eps=eps, positive=positive, mask=mask)
-    phi = _poly_features(z, p, weighted=False)  # [B,H,T,D]
-    psi = _poly_features(r, p, weighted=True)  # [B,H,T,D]
-    psi = psi if g is None else psi * g  # the key gate weighs key j's features
-    psi_v = torch.cat([psi.unsqueeze(-1) * v.unsqueeze(-2),  # [B,H,T,D,d_v] values
-                       psi.unsqueeze(-1)], -1).flatten(-2)  # and ones for the normaliser
-    if mask is None:
-        summed = psi_v.sum(-2, keepdim=True)  # [B,H,1,D*(d_v+1)]
-    elif mask.shape[-2] == 1:
-        summed = (psi_v * mask.transpose(-1, -2)).sum(-2, keepdim=True)
-    else:
-        summed = mask.to(psi_v.dtype) @ psi_v  # [B,H,T,D*(d_v+1)]
-    summed = summed.unflatten(-1, (phi.shape[-1], v.shape[-1] + 1))
-    num_den = torch.einsum("bhtd,bhtde->bhte", phi, summed.expand(*phi.shape[:-1], *summed.shape[-2:]))
-    return num_den[..., :-1] / num_den[..., -1:].clamp_min(torch.finfo(v.dtype).tiny)
+    if z.shape[-1] == 2:
+        a = torch.tensor(harmonic_coefficients(p), dtype=z.dtype, device=z.device)
+        phi = torch.cat([_ones(z) * a[0], _harmonics(z, p) * a[1:].repeat_interleave(2)], -1)
+        return phi, torch.cat([_ones(r), _harmonics(r, p)], -1)
+    phi, psi = [_ones(z)], [_ones(r)]
+    for m in range(1, p + 1):
+        for idx in combinations_with_replacement(range(z.shape[-1]), m):
+            multinomial = math.factorial(m) / math.prod(math.factorial(idx.count(i)) for i in set(idx))
+            phi.append(z[..., list(idx)].prod(-1, keepdim=True))
+            psi.append(r[..., list(idx)].prod(-1, keepdim=True) * (math.comb(p, m) * multinomial))
+    return torch.cat(phi, -1), torch.cat(psi, -1)
+
+
+def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1, eps: float = 1e-6,
+                                positive: str = "taylor2", key_mask: Tensor | None = None, causal: bool = False,
+                                g: Tensor | None = None) -> Tensor:
+    """oscillator_attention with a polynomial positive map, as sums over keys: time linear in T, a state of fixed size.
+
+    sigma(q_i.k_j) = phi(q_i).phi(k_j) makes the coupling field a sum over keys, h_i = phi(q_i)^T S / phi(q_i)^T s
+    with S = sum_j phi(k_j) r_j^T and s = sum_j phi(k_j) (the row sum of w: it keeps h in the unit ball and leaves
+    z = h / |h| unchanged); (1 + z_i.r_j)^p = phi(z_i).psi(r_j) makes the readout one, out_i = phi(z_i)^T M /
+    phi(z_i)^T m with M = sum_j g_j psi(r_j) v_j^T and m = sum_j g_j psi(r_j). key_mask [B, T] (True: keep) drops
+    keys from the sums; causal makes them prefix sums, the state a stream carries from one frame to the next.
+    q, k [B,H,T,d_h], v [B,H,T,d_v], r [B,H,T,d_osc] unit anchors, g [B,H,T,1] > 0 the key gate -> out [B,H,T,d_v].
+    """
+    if positive not in POLYNOMIAL:
+        raise ValueError(f"the linear form needs a polynomial positive map ({', '.join(POLYNOMIAL)}), not {positive!r}")
+    keep = None if key_mask is None else key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
+
+    def over_keys(x: Tensor, per_key: Tensor, y: Tensor) -> Tensor:
+        """sum_j per_key_j [y_j, 1]^T for every query: [B,H,1|T,F,d+1] (prefix sums when causal)."""
+        per_key = per_key if keep is None else per_key * keep
+        terms = per_key.unsqueeze(-1) * F.pad(y, (0, 1), value=1.0).unsqueeze(-2)
+        state = terms.cumsum(2) if causal else terms.sum(2, keepdim=True)
+        return (x.unsqueeze(-2) @ state).squeeze(-2)  # [B,H,T,d+1]
+
+    hs = over_keys(coupling_features(q), coupling_features(k), r)
+    z = unit(hs[..., :-1] / hs[..., -1:].clamp_min(torch.finfo(q.dtype).tiny), eps)  # [B,H,T,d_osc]
+    phi, psi = readout_features(z, r, p)
+    nd = over_keys(phi, psi if g is None else psi * g, v)
+    return nd[..., :-1] / nd[..., -1:].clamp_min(torch.finfo(v.dtype).tiny)
 
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
@@ -278,15 +329,16 @@ class OscillatorAttention(_Heads):
     """
 
     def __init__(self, d_model: int, heads: int, d_osc: int = 2, p: int = 1, positive: str = "softplus",
-                 anchors: str = "projected", eps: float = 1e-6, factorized: bool = False, score_scale: float = 1.0,
+                 anchors: str = "projected", eps: float = 1e-6, form: str = "direct", score_scale: float = 1.0,
                  key_gate: bool = False):
         super().__init__(d_model, heads, score_scale)
         if positive not in POSITIVE:
             raise ValueError(f"unknown positive map {positive!r}; choose from {sorted(POSITIVE)}")
         if anchors == "tied" and d_osc > self.d_h:
             raise ValueError("tied anchors need d_osc <= d_model / heads")
-        self.d_osc, self.p, self.positive, self.anchors, self.eps = d_osc, p, positive, anchors, eps
-        self.factorized = factorized
+        if form not in FORMS or (form == "linear" and positive not in POLYNOMIAL):
+            raise ValueError(f"form {form!r}: choose from {FORMS}; linear needs a polynomial positive map {POLYNOMIAL}")
+        self.d_osc, self.p, self.positive, self.anchors, self.eps, self.form = d_osc, p, positive, anchors, eps, form
         self.qkv = nn.Linear(d_model, 3 * d_model)  # F, G, V
         self.anchor = nn.Linear(d_model, heads * d_osc) if anchors == "projected" else None
         self.gate = nn.Linear(d_model, heads) if key_gate else None
@@ -308,9 +360,10 @@ class OscillatorAttention(_Heads):
     def core(self, q: Tensor, k: Tensor, v: Tensor, r: Tensor, mask: Tensor | None = None,
              g: Tensor | None = None) -> Tensor:
         """The functional core with this layer's settings (the ONNX export emits it as one custom op)."""
-        if self.factorized:  # no quantization points: QAT and export use the direct form
-            return oscillator_attention_factorized(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive,
-                                                   mask=mask, g=g)
+        if self.form == "linear":  # no quantization points yet: QAT and the int8 exports take the direct form
+            if mask is not None:
+                raise ValueError("the linear form takes key masks and causality, not a [T, T] mask")
+            return oscillator_attention_linear(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, g=g)
         return oscillator_attention(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, mask=mask,
                                     quant=self.quant, g=g)
 

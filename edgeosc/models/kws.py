@@ -64,7 +64,7 @@ class KWSTransformer(Hooked):
         if cfg.attention == "softmax":
             return SoftmaxAttention(cfg.d_model, cfg.heads, cfg.score_scale)
         return OscillatorAttention(cfg.d_model, cfg.heads, cfg.d_osc, cfg.p, cfg.positive, cfg.anchors, cfg.eps,
-                                   score_scale=cfg.score_scale, key_gate=cfg.key_gate)
+                                   form=cfg.form, score_scale=cfg.score_scale, key_gate=cfg.key_gate)
 
     def forward(self, feats: Tensor) -> Tensor:  # [B,T,C]
         x = self.stem(feats.transpose(1, 2)).transpose(1, 2)  # [B,T,d]

@@ -11,8 +11,8 @@ weight value is a sum pool over time; with fuse=True the oscillator core (qk .. 
 (qk, SOFTMAX, out) become edgeosc_oscillator_core_int8 (edgeosc_oscillator_gated_core_int8 with the key
 gate) / edgeosc_softmax_core_int8, which work one query row at a time (scratch of T + 2 d_osc or T bytes
 instead of [H, T, T] tensors) with the same integers.
-The oscillator core's readout stays direct: the factorized form sums over C(d_osc + p, p) monomials
-(4681 at d_osc = 8, p = 4), more than the T = 49 keys it would replace.
+The oscillator core stays direct here: a linear-form model (docs/maths.md#linear-form) is lowered as the
+direct form of the same function.
 """
 from __future__ import annotations
 

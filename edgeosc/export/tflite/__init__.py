@@ -210,6 +210,11 @@ class Graph:
             r = b.relu(x, name=f"{label}/relu")
             return b.add(b.mul(r, r, name=f"{label}/relu_sq"), b.const(f"{label}/floor", np.array([RELU2_FLOOR],
                          np.float32)), name=label)
+        if positive == "taylor2":  # 1 + x (1 + x / 2)
+            half = b.mul(x, b.const(f"{label}/half", np.array([0.5], np.float32)), name=f"{label}/half_x")
+            one = b.const(f"{label}/one", np.ones(1, np.float32))
+            inner = b.add(half, one, name=f"{label}/1+x/2")
+            return b.add(b.mul(x, inner, name=f"{label}/x(1+x/2)"), one, name=label)
         neg = b.mul(x, b.const(f"{label}/minus1", np.array([-1.0], np.float32)), name=f"{label}/neg")
         if positive == "elu1":  # relu(x) + exp(-relu(-x)) = x + 1 for x > 0, exp(x) otherwise
             e = b.exp(b.mul(b.relu(neg, name=f"{label}/relu_neg"), b.const(f"{label}/m1", np.array([-1.0],
