@@ -198,11 +198,12 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
     keep = None if key_mask is None else key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
 
     def over_keys(x: Tensor, per_key: Tensor, y: Tensor) -> Tensor:
-        """sum_j per_key_j [y_j, 1]^T for every query: [B,H,1|T,F,d+1] (prefix sums when causal)."""
-        per_key = per_key if keep is None else per_key * keep
-        terms = per_key.unsqueeze(-1) * F.pad(y, (0, 1), value=1.0).unsqueeze(-2)
-        state = terms.cumsum(2) if causal else terms.sum(2, keepdim=True)
-        return (x.unsqueeze(-2) @ state).squeeze(-2)  # [B,H,T,d+1]
+        """x_i^T sum_j per_key_j [y_j, 1]^T for every query i: [B,H,T,d+1] (the sums over j <= i when causal)."""
+        per_key, y1 = per_key if keep is None else per_key * keep, F.pad(y, (0, 1), value=1.0)
+        if not causal:
+            return x @ (per_key.transpose(-1, -2) @ y1)  # the state [B,H,F,d+1]: one matmul
+        state = (per_key.unsqueeze(-1) * y1.unsqueeze(-2)).cumsum(2)  # [B,H,T,F,d+1], the state after each key
+        return (x.unsqueeze(-2) @ state).squeeze(-2)
 
     hs = over_keys(coupling_features(q), coupling_features(k), r)
     z = unit(hs[..., :-1] / hs[..., -1:].clamp_min(torch.finfo(q.dtype).tiny), eps)  # [B,H,T,d_osc]
