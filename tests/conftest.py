@@ -149,13 +149,6 @@ def package_index_error() -> str | None:
     return lines[-1] if lines else f"pip download exited {res.returncode}"
 
 
-@pytest.fixture(scope="session")
-def package_index():
-    """Skip the test when pip cannot reach the package index."""
-    if (why := package_index_error()) is not None:
-        pytest.skip(f"needs the package index, which pip cannot reach: {why}")
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """A test marked network skips, before its fixtures are set up, when the package index is out of reach."""
