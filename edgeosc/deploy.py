@@ -9,10 +9,12 @@ from pathlib import Path
 from .cbuild import ROOT
 from .io import atomic_path
 
-# numpy and one TFLite interpreter; click for the command line, flatbuffers for the model check
+# numpy and one TFLite interpreter; click for the command line, flatbuffers for the model check, scipy for
+# `edgeosc listen --wav` (edgeosc.data.audio reads and resamples WAVs with it; found by the emulated check, pi_check)
 REQUIREMENTS = """numpy>=1.24,<2
 click>=8.1
 flatbuffers>=24.3
+scipy>=1.10
 ai-edge-litert>=2.0
 # optional: smbus2 (INA219/INA260 power monitor on I2C), sounddevice (edgeosc listen --mic)
 """
@@ -75,10 +77,11 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
     script = out / "run_bench.sh"
     script.write_text(f"""#!/bin/sh
 # Latency (and, with --power/--power-log, energy) of the int8 models on this board -> results/
+# (PYTHON=... picks the interpreter; default: python from PATH, e.g. the activated .venv)
 set -e
 cd "$(dirname "$0")"
 mkdir -p results
-python -m edgeosc bench models {models} --runs 500 --json "results/bench-$(hostname).json" "$@"
+"${{PYTHON:-python}}" -m edgeosc bench models {models} --runs 500 --json "results/bench-$(hostname).json" "$@"
 """)
     script.chmod(0o755)
     (out / "results").mkdir()

@@ -163,6 +163,11 @@ def markdown(r: dict) -> str:
     lines += _estimate_lines(r) + _scaling_lines(r)
     for board in r["boards"]:
         s = board.get("system", {})
+        if board.get("emulated"):  # edgeosc.pi_check: ran under QEMU; its timings are no measurement, no table
+            lines += ["", f"## {board.get('label', 'emulated ARM64 (QEMU), functional check, not a measurement')} "
+                          f"(`{board['source']}`)", "", "Ran to the end: " +
+                      ", ".join(f"{row['path']} [{row['runtime']}]" for row in board.get("results", [])) + "."]
+            continue
         lines += ["", f"## Measured on a board: {s.get('cpu', '?')} (`{board['source']}`)", "",
                   "| model | runtime | median ms | p99 ms |", "|---|---|---|---|"]
         for row in board.get("results", []):

@@ -474,8 +474,11 @@ def report_seeds(run_dirs, as_json):
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.option("--target", type=click.Choice(["rpi"]), default="rpi", show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Bundle folder (default RUN/rpi-bundle).")
+@click.option("--check", is_flag=True,
+              help="Then prove the bundle on Raspberry Pi OS's Debian (bookworm) arm64 userland under QEMU (built once, "
+                   "cached): pip install, run_bench.sh, listen, custom op by its gcc, outputs vs x86. Functional only.")
 @friendly_errors
-def deploy(run, target, out):
+def deploy(run, target, out, check):
     """Bundle a pipeline run for a Raspberry Pi.
 
     A folder (and .tar.gz) made from RUN holds the int8 models, a lean requirements.txt (numpy + ai-edge-litert, no torch), the bench and
@@ -485,6 +488,12 @@ def deploy(run, target, out):
     from ..deploy import build_bundle
     folder = build_bundle(run, out)
     click.echo(f"bundle: {folder} (and {folder.with_suffix('.tar.gz')}); on the Pi: see {folder / 'README.md'}")
+    if check:
+        from ..pi_check import CheckFailed, check_bundle
+        try:
+            check_bundle(folder, echo=click.echo)
+        except CheckFailed as e:
+            raise click.ClickException(str(e)) from None
 
 
 @main.command()
