@@ -172,7 +172,8 @@ def rootfs(cache=None, suite: str = SUITE, echo=print) -> Path:
 
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith(("ERROR", "E:", "error", "Error", "fatal")) or "Error" in ln]
+    errors = [ln for ln in lines if ln.startswith(("ERROR", "E:", "error", "Error", "fatal"))
+              or " error:" in ln or "Error" in ln]  # pip, apt, python tracebacks, gcc's file:line: error:
     return (errors or lines or ["(no output)"])[-1]
 
 

@@ -144,7 +144,8 @@ def test_a_wrong_pin_fails_the_requirements_step_in_one_line():
 
 def test_a_custom_op_that_does_not_build_fails_its_step(tmp_path):
     cc = pc._script(tmp_path / "cc", "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'gcc 12'; exit 0; }\n"
-                                     "echo 'edgeosc_attention.c:1:1: error: unknown type name oops' >&2; exit 1\n")
+                                     "echo 'edgeosc_attention.c:1:1: error: unknown type name oops' >&2; echo '    1 | oops' >&2; "
+                                     "echo '      | ^~~~' >&2; exit 1\n")
     env = dict(os.environ, CC=str(cc), EDGEOSC_CACHE=str(tmp_path / "cache"))
     with pytest.raises(pc.CheckFailed, match=r"^pi-check failed at step custom-op: error: custom op does not build: "
                                              r".*error: unknown type name oops"):
