@@ -14,7 +14,7 @@ The package reads as the pipeline, each layer importing only from the layers abo
     train                   the training loop (float and QAT)
     export                  onnx/, tflite/, c/: one package per target, parity
     bench, report           latency, cycle and energy estimates; the report
-    stages, sweep, stream,  the pipeline's stages, sweeps, always-on listening, the Raspberry Pi bundle
-    deploy
+    stages, sweep, stream,  the pipeline's stages, sweeps, always-on listening, the Raspberry Pi bundle and
+    deploy, pi_check        its check on an emulated arm64 userland
     pipeline, cli           the staged pipeline and the command line
 """
