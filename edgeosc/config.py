@@ -12,7 +12,7 @@ DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight"
 ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto")
 POSITIVE_MAPS = ("softplus", "elu1", "relu2", "taylor2")
 POLYNOMIAL_MAPS = ("taylor2",)  # positive maps with a finite feature map: the linear form needs one
-FORMS = ("direct", "linear")
+FORMS = ("direct", "linear")  # the oscillator core: T x T passes, or sums over keys (models/attention.py)
 NORMALIZE_MODES = ("none", "utterance", "active")  # features.py: which per-band mean each clip loses
 
 

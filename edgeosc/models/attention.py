@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import FORMS, POLYNOMIAL_MAPS as POLYNOMIAL
+
 
 def _elu1(x: Tensor) -> Tensor:
     return torch.where(x > 0, x + 1.0, x.clamp_max(0).exp())  # ELU + 1 without F.elu's 1 - 1 cancellation
@@ -32,8 +34,6 @@ def _taylor2(x: Tensor) -> Tensor:
 # dot product of finite feature maps, which the linear form needs (coupling_features).
 RELU2_FLOOR = 1.0 / 64
 POSITIVE = {"softplus": F.softplus, "elu1": _elu1, "relu2": _relu2, "taylor2": _taylor2}
-POLYNOMIAL = ("taylor2",)
-FORMS = ("direct", "linear")  # the oscillator core: T x T passes, or sums over keys (oscillator_attention_linear)
 
 
 def _masked_fill(x: Tensor, mask: Tensor | None, value: float) -> Tensor:
