@@ -23,11 +23,12 @@ import numpy as np
 
 from ...integer import reference as R
 from ...integer import schema as S
+from ...runtime.custom_op import OP_NAME
 from ...runtime.tflite_file import NP_OF, OP_NAMES, schema
 
 ACT_RANGES = {schema.ActivationFunctionType.NONE: (None, None), schema.ActivationFunctionType.RELU: (0.0, None),
               schema.ActivationFunctionType.RELU6: (0.0, 6.0), schema.ActivationFunctionType.RELU_N1_TO_1: (-1.0, 1.0)}
-CUSTOM_OSC = "EdgeOscAttention"
+CUSTOM_OSC = OP_NAME  # lowered to the fused oscillator core
 
 
 class UnsupportedGraph(ValueError):

@@ -35,12 +35,13 @@ from ...io import atomic_path
 from ...models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, \
     reciprocal, shifted_power
 from ...models.kws import KWSTransformer
+from ...runtime.custom_op import OP_NAME
 from ...runtime.tflite_file import check_tflite
 from .builder import TFLiteBuilder
 
 FILES = ("float.tflite", "int8.tflite", "int8_custom.tflite")
 INPUT, OUTPUT = "features", "logits"
-CUSTOM_OP = "EdgeOscAttention"
+CUSTOM_OP = OP_NAME  # the custom op the kernel in runtime/custom_op.py registers
 
 
 class Graph:
