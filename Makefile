@@ -90,7 +90,7 @@ $(STAMP): pyproject.toml Makefile
 	  echo installing $$main $$nonfree; apt-get update -qq; \
 	  if [ "$$(apt-cache madison $$nonfree 2>/dev/null | awk '{print $$1}' | sort -u | wc -l)" -lt "$$(echo $$nonfree | wc -w)" ] \
 	     && . /etc/os-release && [ "$$ID" = debian ]; then \
-	    stanzas="$$($(NONFREE_STANZAS))"; \
+	    stanzas="$$( $(NONFREE_STANZAS) )"; \
 	    if [ -n "$$stanzas" ]; then \
 	      echo "enabling Debian contrib and non-free in $(NONFREE_SOURCES), with the URIs of your apt sources"; \
 	      printf '%s\n' "$$stanzas" > $(NONFREE_SOURCES); apt-get update -qq; \
