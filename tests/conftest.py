@@ -111,7 +111,8 @@ SLOW_TESTS = {  # module::function in otherwise fast modules
     "test_train::test_resume_after_interruption_equals_uninterrupted_run",  # trains twice, once interrupted
     "test_cli::test_eval_rejects_checkpoint_for_other_classes",  # trains a model first (~5 s)
 }
-COMPILER_MODULES = {"test_cycles", "test_estimate", "test_firmware", "test_integer_kernels", "test_pipeline"}
+COMPILER_MODULES = {"test_cycles", "test_estimate", "test_firmware", "test_integer_kernels", "test_linear_core",
+                    "test_pipeline"}
 COMPILER_TESTS = {  # the TFLite custom op's kernel and the C struct layout are built with the host C compiler
     "test_tflite::test_custom_op_kernel_matches_the_builtin_graph",
     "test_schema::test_mirror_sizes_match_c",

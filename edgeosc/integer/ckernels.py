@@ -29,7 +29,7 @@ def mirror(core: S.Core) -> type:
 
 
 MIRRORS = {core.struct: mirror(core) for core in S.CORES}
-OscParams, GateParams, SoftmaxParams = (MIRRORS[c.struct] for c in (S.OSC, S.GATE, S.SOFTMAX))
+OscParams, GateParams, SoftmaxParams, LinearParams = (MIRRORS[c.struct] for c in S.CORES)
 
 
 def make(core: S.Core, **values):
@@ -43,7 +43,10 @@ def library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build_shared(CORE_SOURCES, "edgeosc_kernels")))
     lib.edgeosc_oscillator_core_int8.argtypes = [ctypes.POINTER(OscParams)] + [_p8] * 6
     lib.edgeosc_softmax_core_int8.argtypes = [ctypes.POINTER(SoftmaxParams)] + [_p8] * 5
-    for f in (lib.edgeosc_oscillator_core_int8, lib.edgeosc_softmax_core_int8):
+    lib.edgeosc_linear_core_int8.argtypes = [ctypes.POINTER(LinearParams)] + [_p8] * 6 + [ctypes.POINTER(_i32)]
+    lib.edgeosc_linear_update.argtypes = [ctypes.POINTER(LinearParams), ctypes.POINTER(_i32)] + [_p8] * 3 + [_i32, ctypes.c_int]
+    lib.edgeosc_linear_query.argtypes = [ctypes.POINTER(LinearParams), ctypes.POINTER(_i32), _p8, _p8]
+    for f in (lib.edgeosc_oscillator_core_int8, lib.edgeosc_softmax_core_int8, lib.edgeosc_linear_core_int8):
         f.restype = ctypes.c_int
     lib.edgeosc_mbqm_mode.argtypes = [_i32, _i32, ctypes.c_int, ctypes.c_int]
     lib.edgeosc_mbqm_mode.restype = _i32
@@ -84,6 +87,12 @@ def softmax_params(p: R.SoftmaxQuant, heads: int, tokens: int, d_head: int, d_va
     return make(S.SOFTMAX, **f)
 
 
+def linear_params(p: R.LinearQuant, heads: int, tokens: int, d_head: int, d_value: int) -> LinearParams:
+    """EdgeoscLinearParams from an integer.reference.LinearQuant."""
+    f = p.fields(heads, tokens, d_head, d_value)
+    return make(S.LINEAR, **{**f, "rq_out": _rq(f["rq_out"])})
+
+
 def _heads(q, k, v, *more):
     """int8 [H, T, *] arrays that agree on H and T (and k's last dim on q's)."""
     q = _int8(q)
@@ -113,6 +122,21 @@ def softmax_core(p: R.SoftmaxQuant, q, k, v, lut: bool = False) -> np.ndarray:
     scratch = np.empty(T, np.int8)
     if library().edgeosc_softmax_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, out, scratch))):
         raise ValueError("edgeosc_softmax_core_int8 rejected its parameters")
+    return out
+
+
+def linear_core(p: R.LinearQuant, q, k, v, r, g=None) -> np.ndarray:
+    """Runs edgeosc_linear_core_int8 on [H, T, *] int8 arrays (r [H, T, 2], g [H, T] or None): out [H, T, dv]."""
+    q, k, v, r = _heads(q, k, v, r)
+    (H, T, dh), dv = q.shape, v.shape[-1]
+    gate = None if g is None else _int8(g, (H, T))
+    c = linear_params(p, H, T, dh, dv)
+    out = np.empty((H, T, dv), np.int8)
+    state = np.empty(2 * (1 + dh + dh * (dh + 1) // 2) + (2 * p.p + 1) * (dv + 1), np.int32)  # EDGEOSC_LINEAR_STATE_WORDS
+    if library().edgeosc_linear_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, r)),
+                                          None if gate is None else _ptr(gate), _ptr(out),
+                                          state.ctypes.data_as(ctypes.POINTER(_i32))):
+        raise ValueError("edgeosc_linear_core_int8 rejected its parameters")
     return out
 
 

@@ -474,3 +474,145 @@ def softmax_core_int8(p: SoftmaxQuant, q, k, v, return_all: bool = False):
     t["a"] = softmax_int8(t["qk"], p.beta_multiplier, p.beta_left_shift, p.diff_min)
     t["out"] = batch_matmul_int8(t["a"], v, -128, z0["v"], z0["out"], p.rq_out, mode=mm)
     return (t["out"], t) if return_all else t["out"]
+
+
+# --- the linear oscillator core (d_osc 2) ------------------------------------------------------------------
+# docs/maths.md#integer-linear-core. A state of int32 sums over keys, each an outer product of a key's features
+# with a value: the coupling's [1, K_a, K_a K_b (a <= b)] x r_j, the readout's g_j [1, cos m f_j, sin m f_j] x
+# [v_j, 1]. A query contracts them with its own coefficients in int64. Keys enter the state in any order and
+# leave it by subtraction (two's-complement sums wrap and unwrap exactly): what a stream carries between frames.
+
+LINEAR_P = (1, 4)  # the readout's powers with the kernel's int64 bounds (weights 2^p a_m <= 112)
+LINEAR_C1 = (16, 1 << 20)  # coupling coefficients round(2 / s) the bounds hold for (and taylor2 within 3%)
+Q15 = 1 << 15
+UNGATED = 256  # a key's gate without the key gate: the readout's features stay Q15
+
+
+@dataclass
+class LinearQuant:
+    """Integer parameters of the linear oscillator core; build with linear_quant_from_scales."""
+    p: int
+    c1: int  # round(2 / s): 2 taylor2(s X) / s^2 = 2 X^2 + 2 c1 X + c1^2 with X = Q.K, exactly when c1 = 2 / s
+    rq_out: Requant  # v's scale over out's: the readout is a weighted mean of the v_j
+    zp: dict = field(default_factory=lambda: dict.fromkeys(S.LINEAR.zero_points, 0))  # q k v g out
+    causal: bool = False
+
+    def fields(self, heads: int, tokens: int, d_head: int, d_value: int) -> dict:
+        """EdgeoscLinearParams by field name (schema.LINEAR)."""
+        return S.LINEAR.ordered(dict(heads=heads, tokens=tokens, d_head=d_head, d_value=d_value, p=self.p,
+                                     causal=int(self.causal), **{f"zp_{n}": self.zp[n] for n in S.LINEAR.zero_points},
+                                     c1=self.c1, rq_out=self.rq_out))
+
+
+def linear_quant_from_scales(scales: dict, d_head: int, p: int, zp: dict | None = None,
+                             causal: bool = False) -> LinearQuant:
+    """From the float32 scales of q, k, v, out (r and z are unit vectors at 1/128); refuses what the kernel's
+    integer bounds do not hold."""
+    if not LINEAR_P[0] <= p <= LINEAR_P[1]:
+        raise ValueError(f"linear core: p = {p} is out of range {LINEAR_P[0]}..{LINEAR_P[1]}")
+    s = float(_f32(scales["q"])) * float(_f32(scales["k"])) / math.sqrt(d_head)
+    c1 = round(2.0 / s)
+    if not LINEAR_C1[0] <= c1 < LINEAR_C1[1]:
+        raise ValueError(f"linear core: the score scale {s:.3g} (q's x k's / sqrt(d_head)) gives coupling "
+                         f"coefficient 2 / s = {c1}, outside [{LINEAR_C1[0]}, {LINEAR_C1[1]})")
+    rq = requant(fc_multiplier(1.0, scales["v"], scales["out"]), 1.0, scales["v"], scales["out"])
+    if not -10 <= rq.shift <= 20:
+        raise ValueError(f"linear core: v's scale over out's ({rq.real:.3g}) is out of range")
+    return LinearQuant(p, c1, rq, {**dict.fromkeys(S.LINEAR.zero_points, 0), **(zp or {})}, causal)
+
+
+def _bitlen(x) -> np.ndarray:
+    """Bit length of non-negative int64 values (0 for 0)."""
+    x, n = _i64(x), np.zeros(np.shape(x), np.int64)
+    for s in (32, 16, 8, 4, 2, 1):
+        big = (x >> s) > 0
+        x, n = np.where(big, x >> s, x), n + big * s
+    return n + (x > 0)
+
+
+def _shift_round(x, e) -> np.ndarray:
+    """x / 2^e rounded half up (e > 0), x * 2^-e (e <= 0); int64."""
+    x, e = _i64(x), _i64(e)
+    right = np.maximum(e, 0)
+    up = (x + np.where(right > 0, np.int64(1) << np.maximum(right - 1, 0), 0)) >> right
+    return np.where(e > 0, up, x << np.maximum(-e, 0))
+
+
+def harmonics_q15(x, p: int) -> np.ndarray:
+    """[cos m t, sin m t for m = 1..p] in Q15 of x = 128 (cos t, sin t) (int8 at 1/128), as the powers
+    (x_0 + i x_1)^m, each product rounded back to Q15: [..., 2p]."""
+    x = _i64(x)
+    c, s = x[..., 0] << 8, x[..., 1] << 8
+    out = []
+    for _ in range(p):
+        out += [c, s]
+        c, s = (c * x[..., 0] - s * x[..., 1] + 64) >> 7, (s * x[..., 0] + c * x[..., 1] + 64) >> 7
+    return np.stack(out, -1)
+
+
+def readout_weights(p: int) -> list[int]:
+    """2^p a_m, m = 0..p: the integer weights of (1 + cos d)^p = sum_m a_m cos(m d) (70, 112, 56, 16, 2 at p = 4)."""
+    return [math.comb(2 * p, p - m) * (1 if m == 0 else 2) for m in range(p + 1)]
+
+
+def _pairs(d: int) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.triu_indices(d)  # a <= b, row-major: the order of the C loops
+    return a, b
+
+
+def linear_key_features(k, v, r, g, pq: LinearQuant) -> tuple[np.ndarray, np.ndarray]:
+    """One key's contributions to the two states: [.., 1 + d_h + d_h(d_h+1)/2, 2] and [.., 2p + 1, d_v + 1]."""
+    K, rr, V = _i64(k) - pq.zp["k"], _i64(r), _i64(v) - pq.zp["v"]
+    a, b = _pairs(K.shape[-1])
+    phi = np.concatenate([np.ones(K.shape[:-1] + (1,), np.int64), K, K[..., a] * K[..., b]], -1)
+    G = np.full(K.shape[:-1], UNGATED, np.int64) if g is None else _i64(g) - pq.zp["g"]
+    u = np.concatenate([(G << 7)[..., None], (G[..., None] * harmonics_q15(rr, pq.p) + 128) >> 8], -1)
+    V1 = np.concatenate([V, np.ones(V.shape[:-1] + (1,), np.int64)], -1)
+    return phi[..., :, None] * rr[..., None, :], u[..., :, None] * V1[..., None, :]
+
+
+def linear_state(q, k, v, r, g, pq: LinearQuant) -> tuple[np.ndarray, np.ndarray]:
+    """The int32 states each query reads, [H, T, Fc, 2] and [H, T, Fr, d_v + 1]: sums over all keys, or over
+    j <= i when causal (as int32 sums wrap)."""
+    sc, sr = linear_key_features(k, v, r, g, pq)
+    if pq.causal:
+        return wrap32(np.cumsum(sc, 1)), wrap32(np.cumsum(sr, 1))
+    T = np.shape(q)[1]
+    return (np.repeat(wrap32(sc.sum(1, keepdims=True)), T, 1), np.repeat(wrap32(sr.sum(1, keepdims=True)), T, 1))
+
+
+def linear_query(q, state_c, state_r, pq: LinearQuant, return_all: bool = False):
+    """Each query against its state: z from the coupling, then the readout divided once per query."""
+    Q = _i64(q) - pq.zp["q"]
+    a, b = _pairs(Q.shape[-1])
+    alpha = np.concatenate([np.full(Q.shape[:-1] + (1,), pq.c1 * pq.c1, np.int64), 2 * pq.c1 * Q,
+                            np.where(a == b, 2, 4) * Q[..., a] * Q[..., b]], -1)
+    h = np.einsum("...f,...fe->...e", alpha, _i64(state_c))  # 2 x 2/s^2 sum_j taylor2(q.k_j) r_j, < 2^57
+    n = _bitlen(np.abs(h).max(-1, keepdims=True))
+    z = l2norm_int8(_shift_round(h, n - 14))  # the direction of h in 14 bits, then TFLite's L2 norm (h = 0: z = 0)
+    w = _i64(readout_weights(pq.p))
+    beta = np.concatenate([np.broadcast_to(w[0] * Q15, z.shape[:-1] + (1,)),
+                           harmonics_q15(z, pq.p) * np.repeat(w[1:], 2)], -1)
+    nd = np.einsum("...f,...fd->...d", beta, _i64(state_r))  # numerators and the denominator, < 2^57
+    out = linear_divide(nd[..., :-1], nd[..., -1:], pq)
+    return (out, dict(h=h, z=z, nd=nd)) if return_all else out
+
+
+def linear_divide(num, den, pq: LinearQuant) -> np.ndarray:
+    """out = num / den x v's scale over out's, with one integer division per query: den to 22 bits, then
+    (m 2^21 / den) a multiplier of the numerators (shifted alike, saturated to int32). den <= 0 (no weight on any key): out = 0."""
+    num, den = _i64(num), _i64(den)
+    e = _bitlen(np.maximum(den, 0)) - 22
+    d = np.maximum(_shift_round(den, e), 1)  # [2^21, 2^22]
+    big = np.int64(1) << 40  # a left shift (den < 2^21) of a numerator beyond 2^40 saturates anyway
+    nd = np.clip(_shift_round(np.where(e > 0, num, np.clip(num, -big, big)), e), I32_MIN, I32_MAX)
+    inv = (np.int64(pq.rq_out.multiplier) << 21) // d
+    y = _shift_round(nd * inv, 52 - pq.rq_out.shift) + pq.zp["out"]
+    return np.where(den > 0, np.clip(y, -128, 127), pq.zp["out"]).astype(np.int8)
+
+
+def linear_core_int8(pq: LinearQuant, q, k, v, r, g=None, return_all: bool = False):
+    """The linear core on [H, T, *] int8 tensors (r [H, T, 2] at 1/128; g [H, T] the unit key gates or None):
+    out [H, T, d_v]."""
+    sc, sr = linear_state(q, k, v, r, g, pq)
+    return linear_query(q, sc, sr, pq, return_all)

@@ -138,7 +138,24 @@ SOFTMAX = Core("EdgeoscSoftmaxParams", (
     _f("exp_lut", "int32*", "NULL: fixed-point exps; else edgeosc_softmax_row_lut_int8's table", "lut"),
 ))
 
-CORES = (OSC, GATE, SOFTMAX)
+# The linear oscillator core (d_osc 2, docs/maths.md#integer-linear-core): r and z at (1/128, 0), no tables.
+LINEAR = Core("EdgeoscLinearParams", (
+    _f("heads", "int32", "H: heads", "shape"),
+    _f("tokens", "int32", "T: tokens (queries = keys)", "shape"),
+    _f("d_head", "int32", "q and k's last dim", "shape"),
+    _f("d_value", "int32", "v and out's last dim", "shape"),
+    _f("p", "int32", "the readout's power, 1..4", "const"),
+    _f("causal", "int32", "1: query i reads keys j <= i (prefix sums)", "const"),
+    _zp("q", "input zero points (r is a unit vector at 1/128, 0)", "input"),
+    _zp("k", "", "input"),
+    _zp("v", "", "input"),
+    _zp("g", "the key gate's (read only with a gate)", "input"),
+    _zp("out", "the output's", "input"),
+    _f("c1", "int32", "round(2 / s), s = q's scale x k's / sqrt(d_head): the coupling's taylor2", "const"),
+    _f("rq_out", "Requant", "v's scale over out's", "requant"),
+))
+
+CORES = (OSC, GATE, SOFTMAX, LINEAR)
 
 # The EdgeOscAttention custom op's option points (<point>_scale, <point>_zero_point): the oscillator core's
 # internal points, then the key gate's (optional; their presence switches the gate on).

@@ -3,6 +3,15 @@
 
 static int8_t clamp8(int32_t y) { return (int8_t)(y < -128 ? -128 : y > 127 ? 127 : y); }
 
+/* TFLite's int8 L2_NORMALIZATION of n values already offset by the zero point (squares summing below 2^31). */
+static void l2norm_int32(const int32_t *d, int n, int8_t *out) {
+  int32_t acc = 0, mult;
+  int i, shift;
+  for (i = 0; i < n; ++i) acc += d[i] * d[i];
+  edgeosc_inv_sqrt_multiplier(acc, &mult, &shift);
+  for (i = 0; i < n; ++i) out[i] = clamp8(edgeosc_mbqm(d[i], mult, shift + 7));
+}
+
 void edgeosc_l2norm_row_int8(const int8_t *x, int n, int32_t zero_point, int8_t *out) {
   int32_t acc = 0, mult;
   int i, shift;
@@ -162,6 +171,149 @@ int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, co
                                  scratch);
       mix_row(scratch, vh, T, dv, -128, p->zp_v, p->rq_out, p->zp_out, p->round_matmul,
               out + ((size_t)hd * T + i) * dv);
+    }
+  }
+  return 0;
+}
+
+/* ---- the linear oscillator core (d_osc 2; edgeosc/integer/reference.py, the linear core) ---------------- */
+
+/* [cos m t, sin m t] in Q15 for m = 1..p from x = 128 (cos t, sin t): powers of x_0 + i x_1. */
+static void harmonics_q15(const int8_t *x, int p, int32_t *out) {
+  int32_t c = (int32_t)x[0] * 256, s = (int32_t)x[1] * 256, m;
+  for (m = 0; m < p; ++m) {
+    const int32_t c2 = (c * x[0] - s * x[1] + 64) >> 7, s2 = (s * x[0] + c * x[1] + 64) >> 7;
+    out[2 * m] = c;
+    out[2 * m + 1] = s;
+    c = c2;
+    s = s2;
+  }
+}
+
+static int bitlen64(uint64_t x) {
+  int n = 0, s;
+  for (s = 32; s > 0; s >>= 1)
+    if (x >> s) {
+      x >>= s;
+      n += s;
+    }
+  return n + (x > 0);
+}
+
+/* x / 2^e rounded half up (e > 0), x * 2^-e (e <= 0). */
+static int64_t shift_round64(int64_t x, int e) {
+  return e > 0 ? (x + ((int64_t)1 << (e - 1))) >> e : (int64_t)((uint64_t)x << -e);
+}
+
+static int32_t sat32(int64_t x) { return (int32_t)(x < INT32_MIN ? INT32_MIN : x > INT32_MAX ? INT32_MAX : x); }
+
+void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const int8_t *k, const int8_t *v,
+                           const int8_t *r, int32_t gate, int sign) {
+  const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
+  uint32_t *sc = (uint32_t *)state, *sr = sc + 2 * EDGEOSC_LINEAR_COUPLING(dh);
+  const int32_t r0 = sign * r[0], r1 = sign * r[1];
+  int32_t harm[8], a, b, m, d;
+  /* coupling: [1, K_a, K_a K_b (a <= b)] x r (unsigned: the sums wrap, and unwrap when a key leaves) */
+  sc[0] += (uint32_t)r0;
+  sc[1] += (uint32_t)r1;
+  sc += 2;
+  for (a = 0; a < dh; ++a, sc += 2) {
+    const int32_t ka = k[a] - p->zp_k;
+    sc[0] += (uint32_t)(ka * r0);
+    sc[1] += (uint32_t)(ka * r1);
+  }
+  for (a = 0; a < dh; ++a) {
+    const int32_t ka = k[a] - p->zp_k;
+    for (b = a; b < dh; ++b, sc += 2) {
+      const int32_t kk = ka * (k[b] - p->zp_k);
+      sc[0] += (uint32_t)(kk * r0);
+      sc[1] += (uint32_t)(kk * r1);
+    }
+  }
+  /* readout: g [1, cos m f, sin m f] (Q15 times the gate, over 2^8) x [v, 1] */
+  harmonics_q15(r, p->p, harm);
+  for (m = 0; m < nr; ++m, sr += dv + 1) {
+    const int32_t u = sign * (m == 0 ? gate * 128 : (gate * harm[m - 1] + 128) >> 8);
+    for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(u * (v[d] - p->zp_v));
+    sr[dv] += (uint32_t)u;
+  }
+}
+
+void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
+  static const int32_t kWeights[5][5] = {{0}, {2, 2}, {6, 8, 2}, {20, 30, 12, 2}, {70, 112, 56, 16, 2}};
+  const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
+  const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh), *w = kWeights[p->p];
+  int64_t h0, h1, num, den, inv;
+  int32_t beta[9], harm[8], hh[2], two_c1 = 2 * p->c1, a, b, m, d, e, dn, nd, shift;
+  int8_t z[2];
+  /* 1: h = 2 sum_j (2/s^2) taylor2(s Q.K_j) r_j = c1^2 R + 2 c1 Q.KR + sum_ab (2|4) Q_a Q_b KKR_ab */
+  h0 = (int64_t)p->c1 * p->c1 * sc[0];
+  h1 = (int64_t)p->c1 * p->c1 * sc[1];
+  sc += 2;
+  for (a = 0; a < dh; ++a, sc += 2) {
+    const int32_t qa = two_c1 * (q[a] - p->zp_q);
+    h0 += (int64_t)qa * sc[0];
+    h1 += (int64_t)qa * sc[1];
+  }
+  for (a = 0; a < dh; ++a) {
+    const int32_t qa = q[a] - p->zp_q;
+    for (b = a; b < dh; ++b, sc += 2) {
+      const int32_t qq = (a == b ? 2 : 4) * qa * (q[b] - p->zp_q);
+      h0 += (int64_t)qq * sc[0];
+      h1 += (int64_t)qq * sc[1];
+    }
+  }
+  /* 2: z = h / |h|: its direction in 14 bits, then TFLite's L2 norm (h = 0: z = 0) */
+  e = bitlen64((uint64_t)(h0 < 0 ? -h0 : h0) > (uint64_t)(h1 < 0 ? -h1 : h1) ? (uint64_t)(h0 < 0 ? -h0 : h0)
+                                                                            : (uint64_t)(h1 < 0 ? -h1 : h1)) - 14;
+  hh[0] = (int32_t)shift_round64(h0, e);
+  hh[1] = (int32_t)shift_round64(h1, e);
+  l2norm_int32(hh, 2, z);
+  /* 3: the readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15), then numerators and denominator */
+  harmonics_q15(z, p->p, harm);
+  beta[0] = w[0] * 32768;
+  for (m = 1; m < nr; ++m) beta[m] = w[(m + 1) / 2] * harm[m - 1];
+  den = 0;
+  for (m = 0; m < nr; ++m) den += (int64_t)beta[m] * sr[m * (dv + 1) + dv];
+  if (den <= 0) { /* no weight on any key */
+    for (d = 0; d < dv; ++d) out[d] = clamp8(p->zp_out);
+    return;
+  }
+  /* 4: one division per query: den to 22 bits, m 2^21 / den a multiplier of each numerator */
+  e = bitlen64((uint64_t)den) - 22;
+  dn = (int32_t)shift_round64(den, e);
+  inv = ((int64_t)p->rq_out.multiplier << 21) / dn;
+  shift = 52 - p->rq_out.shift;
+  for (d = 0; d < dv; ++d) {
+    num = 0;
+    for (m = 0; m < nr; ++m) num += (int64_t)beta[m] * sr[m * (dv + 1) + d];
+    if (e <= 0) /* a left shift of a numerator beyond 2^40 saturates anyway */
+      num = num < -((int64_t)1 << 40) ? -((int64_t)1 << 40) : num > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : num;
+    nd = sat32(shift_round64(num, e));
+    out[d] = clamp8((int32_t)shift_round64((int64_t)nd * inv, shift) + p->zp_out);
+  }
+}
+
+int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
+                             const int8_t *r, const int8_t *g, int8_t *out, int32_t *state) {
+  const int T = p->tokens, dh = p->d_head, dv = p->d_value;
+  const size_t words = EDGEOSC_LINEAR_STATE_WORDS(dh, dv, p->p);
+  int hd, i, j;
+  size_t n;
+  if (T <= 0 || dh <= 0 || dv <= 0 || p->heads <= 0 || p->p < 1 || p->p > 4 || p->rq_out.shift < -10 ||
+      p->rq_out.shift > 20)
+    return -1;
+  for (hd = 0; hd < p->heads; ++hd) {
+    const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh;
+    const int8_t *vh = v + (size_t)hd * T * dv, *rh = r + (size_t)hd * T * 2;
+    int8_t *oh = out + (size_t)hd * T * dv;
+    for (n = 0; n < words; ++n) state[n] = 0;
+    for (i = j = 0; i < T; ++i) {
+      /* the keys the query reads: all of them, or those up to i when causal */
+      for (; j < T && (j <= i || !p->causal); ++j)
+        edgeosc_linear_update(p, state, kh + (size_t)j * dh, vh + (size_t)j * dv, rh + (size_t)j * 2,
+                              g ? g[(size_t)hd * T + j] - p->zp_g : 256, 1);
+      edgeosc_linear_query(p, state, qh + (size_t)i * dh, oh + (size_t)i * dv);
     }
   }
   return 0;

@@ -1,0 +1,151 @@
+"""The integer linear oscillator core: C kernel == numpy reference, both within one step of the float linear form.
+
+The state is a sum over keys: adding a key and then subtracting it restores it bit for bit (the sliding window
+of a stream), and the C and numpy states are the same integers.
+"""
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+
+from edgeosc.cbuild import compiler
+from edgeosc.integer import reference as R
+from edgeosc.models.attention import oscillator_attention_linear
+
+try:
+    compiler()
+except RuntimeError:
+    pytest.skip("no C compiler", allow_module_level=True)
+from edgeosc.integer import ckernels as ck  # noqa: E402
+
+SCALES = dict(q=0.03, k=0.04, v=0.02, out=0.015)
+ZP = dict(q=3, k=-5, v=2, g=-128, out=-1)
+
+
+def case(rng, H, T, dh, dv, gated, zp=ZP, extreme=False):
+    """int8 q, k, v, unit anchors r at 1/128 and gates g (None when ungated)."""
+    if extreme:  # the integer bounds' worst case: every offset input at its largest magnitude
+        q = np.full((H, T, dh), -128, np.int8)
+        k, v = np.full((H, T, dh), -128, np.int8), np.full((H, T, dv), -128, np.int8)
+        r = np.tile(np.array([127, 0], np.int8), (H, T, 1))
+        g = np.full((H, T), 127, np.int8) if gated else None
+        return q, k, v, r, g
+    q, k = rng.integers(-128, 128, (2, H, T, dh)).astype(np.int8)
+    v = rng.integers(-128, 128, (H, T, dv)).astype(np.int8)
+    r = rng.standard_normal((H, T, 2))
+    r = np.clip(np.round(128 * r / np.linalg.norm(r, axis=-1, keepdims=True)), -128, 127).astype(np.int8)
+    g = rng.integers(-128, 128, (H, T)).astype(np.int8) if gated else None
+    return q, k, v, r, g
+
+
+def float_linear(pq, scales, q, k, v, r, g):
+    """The float linear form on the dequantized inputs, requantized to out's int8 grid."""
+    t = lambda x, zp, s: torch.tensor((x.astype(np.float64) - zp) * s)[None]  # noqa: E731
+    gate = None if g is None else t(g, pq.zp["g"], 1.0)[..., None]
+    out = oscillator_attention_linear(t(q, pq.zp["q"], scales["q"]), t(k, pq.zp["k"], scales["k"]),
+                                      t(v, pq.zp["v"], scales["v"]), t(r, 0, 1 / 128), p=pq.p, causal=pq.causal,
+                                      g=gate)[0].numpy()
+    return np.clip(np.round(out / scales["out"]) + pq.zp["out"], -128, 127)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("gated", [False, True])
+def test_c_equals_reference_and_float(p, causal, gated):
+    rng = np.random.default_rng(p + 10 * causal + 100 * gated)
+    H, T, dh, dv = 2, 49, 8, 8
+    x = case(rng, H, T, dh, dv, gated)
+    pq = R.linear_quant_from_scales(SCALES, dh, p, ZP, causal)
+    want = R.linear_core_int8(pq, *x)
+    assert np.array_equal(ck.linear_core(pq, *x), want)
+    diff = np.abs(want.astype(int) - float_linear(pq, SCALES, *x))
+    assert diff.max() <= 1 and diff.mean() < 0.1, (diff.max(), diff.mean())
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 17, 5, 7), (1, 196, 16, 16)])
+def test_other_shapes(shape):
+    rng = np.random.default_rng(len(shape))
+    H, T, dh, dv = shape
+    x = case(rng, H, T, dh, dv, gated=True)
+    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP)
+    assert np.array_equal(ck.linear_core(pq, *x), R.linear_core_int8(pq, *x))
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_worst_case_bounds_at_196_tokens(gated):
+    """Inputs at their extremes, the largest coupling coefficient: no int32 state wraps, no int64 overflows."""
+    H, T, dh, dv = 1, 196, 8, 8
+    x = case(None, H, T, dh, dv, gated, extreme=True)
+    zp = dict(q=127, k=127, v=127, g=-128, out=0)
+    scales = dict(q=4e-3, k=4e-3, v=1.0, out=3.0)
+    pq = R.linear_quant_from_scales(scales, dh, 4, zp)
+    assert pq.c1 > 3e5  # near the top of LINEAR_C1
+    sc, sr = R.linear_state(*x, pq)
+    sc64, sr64 = (np.cumsum(f, 1)[:, -1] for f in R.linear_key_features(*x[1:], pq))  # unwrapped sums
+    assert np.array_equal(sc[:, -1], sc64) and np.array_equal(sr[:, -1], sr64)
+    want = R.linear_core_int8(pq, *x)
+    assert np.array_equal(ck.linear_core(pq, *x), want)
+    assert np.array_equal(want, float_linear(pq, scales, *x))  # every v_j is -255: so is the mean (-85 steps)
+
+
+def test_sliding_window_state_is_exact():
+    """A window moved key by key (add the new, subtract the expired) holds the same integers as one built from
+    its keys, in C and in numpy, and its queries give the same outputs."""
+    rng = np.random.default_rng(7)
+    T, W, dh, dv = 30, 8, 8, 8
+    q, k, v, r, g = (x[0] for x in case(rng, 1, T, dh, dv, gated=True))
+    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP)
+    c = ck.linear_params(pq, 1, T, dh, dv)
+    lib, words = ck.library(), 2 * (1 + dh + dh * (dh + 1) // 2) + 9 * (dv + 1)
+    i32p = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))  # noqa: E731
+    p8 = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))  # noqa: E731
+    state = np.zeros(words, np.int32)
+    sc, sr = R.linear_key_features(k, v, r, g, pq)
+    for j in range(T):
+        lib.edgeosc_linear_update(ctypes.byref(c), i32p(state), p8(k[j]), p8(v[j]), p8(r[j]), int(g[j]) - ZP["g"], 1)
+        if j >= W:
+            lib.edgeosc_linear_update(ctypes.byref(c), i32p(state), p8(k[j - W]), p8(v[j - W]), p8(r[j - W]),
+                                      int(g[j - W]) - ZP["g"], -1)
+        lo = max(0, j - W + 1)
+        want = np.concatenate([R.wrap32(sc[lo:j + 1].sum(0)).ravel(), R.wrap32(sr[lo:j + 1].sum(0)).ravel()])
+        assert np.array_equal(state, want), j
+        out = np.empty(dv, np.int8)
+        lib.edgeosc_linear_query(ctypes.byref(c), i32p(state), p8(q[j]), p8(out))
+        window = R.linear_core_int8(pq, *(x[None, lo:j + 1] for x in (q, k, v, r, g)))
+        assert np.array_equal(out, window[0, -1]), j
+
+
+def test_degenerate_inputs():
+    rng = np.random.default_rng(3)
+    q, k, v, r, g = case(rng, 1, 12, 4, 4, gated=True)
+    pq = R.linear_quant_from_scales(SCALES, 4, 2, ZP)
+    g[:] = ZP["g"]  # every gate 0: no weight on any key, so the output is 0 (its zero point)
+    for got in (R.linear_core_int8(pq, q, k, v, r, g), ck.linear_core(pq, q, k, v, r, g)):
+        assert (got == ZP["out"]).all()
+    r[:] = 0  # anchors of norm 0 (below one step): h = 0 and z = 0, a uniform readout of the gated keys
+    g = rng.integers(0, 128, (1, 12)).astype(np.int8)
+    _, parts = R.linear_core_int8(pq, q, k, v, r, g, return_all=True)
+    assert (parts["z"] == 0).all()
+    assert np.array_equal(ck.linear_core(pq, q, k, v, r, g), R.linear_core_int8(pq, q, k, v, r, g))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(p=5), "p = 5 is out of range"),
+    (dict(p=0), "p = 0 is out of range"),
+    (dict(scales=dict(SCALES, q=1.0, k=1.0)), "coupling coefficient"),
+    (dict(scales=dict(SCALES, q=1e-5)), "coupling coefficient"),
+    (dict(scales=dict(SCALES, out=1e3)), "v's scale over out's"),
+])
+def test_out_of_range_settings_are_refused(change, message):
+    args = dict(scales=SCALES, p=4) | change
+    with pytest.raises(ValueError, match=message):
+        R.linear_quant_from_scales(args["scales"], 8, args["p"], ZP)
+
+
+def test_c_refuses_what_it_cannot_compute():
+    rng = np.random.default_rng(0)
+    pq = R.linear_quant_from_scales(SCALES, 4, 4, ZP)
+    pq.p = 5
+    with pytest.raises(ValueError, match="rejected"):
+        ck.linear_core(pq, *case(rng, 1, 4, 4, 4, gated=False))
