@@ -70,7 +70,7 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     full = [*cmd, *flags, *[f"-I{d}" for d in include_dirs], *map(str, sources), "-o", tmp, *libs]
     res = subprocess.run(full, capture_output=True, text=True)
     if res.returncode:
-        os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)  # a failed link may have removed it
         raise RuntimeError(f"building {name} failed:\n{' '.join(full)}\n{res.stderr[-3000:]}")
     os.chmod(tmp, 0o755)
     os.replace(tmp, out)

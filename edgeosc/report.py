@@ -87,11 +87,17 @@ def _scaling_lines(r: dict) -> list[str]:
     if not sc:
         return []
     lines = ["", f"## Attention cores vs sequence length T and d_osc ({sc['core']}, estimated)", "",
-             "One call of the fused core (4 heads, d_h 8); softmax with its exp table as the firmware runs it.", "",
-             "| T | d_osc | oscillator cycles | softmax cycles | oscillator / softmax |", "|---|---|---|---|---|"]
+             "One call of the fused core (4 heads, d_h 8); softmax with its exp table as the firmware runs it. "
+             "The linear core (d_osc 2, p 4, key gate; docs/maths.md#integer-linear-core) does the same work per token "
+             "whatever T; its columns are on the d_osc 2 rows.", "",
+             "| T | d_osc | direct oscillator cycles | linear oscillator cycles | softmax cycles | direct / softmax | "
+             "linear / softmax |", "|---|---|---|---|---|---|---|"]
     for row in sc["rows"]:
-        lines.append(f"| {row['T']} | {row['d_osc']} | {row['oscillator_cycles']:,.0f} | "
-                     f"{row['softmax_cycles']:,.0f} | {row['ratio']:.2f}x |")
+        linear = row["d_osc"] == 2 and "oscillator_linear_cycles" in row
+        lin_cycles, lin_ratio = (f"{row['oscillator_linear_cycles']:,.0f}", f"{row['ratio_linear']:.2f}x") if linear \
+            else ("-", "-")
+        lines.append(f"| {row['T']} | {row['d_osc']} | {row['oscillator_cycles']:,.0f} | {lin_cycles} | "
+                     f"{row['softmax_cycles']:,.0f} | {row['ratio']:.2f}x | {lin_ratio} |")
     return lines
 
 
@@ -235,6 +241,9 @@ def plot_estimates(r: dict, path: Path) -> Path | None:
             pts = [row for row in sc["rows"] if row["d_osc"] == d]
             axes[1].plot([p["T"] for p in pts], [p["oscillator_cycles"] for p in pts], "o-", label=f"oscillator d_osc {d}")
         soft = {row["T"]: row["softmax_cycles"] for row in sc["rows"]}
+        linear = {row["T"]: row["oscillator_linear_cycles"] for row in sc["rows"] if "oscillator_linear_cycles" in row}
+        if linear:
+            axes[1].plot(list(linear), list(linear.values()), "^-", label="linear oscillator d_osc 2")
         axes[1].plot(list(soft), list(soft.values()), "k--", label="softmax")
         axes[1].set(xscale="log", yscale="log", xlabel="tokens T", ylabel=f"cycles per call ({sc['core']})",
                     title="Attention core cost vs T and d_osc (estimated)")

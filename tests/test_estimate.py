@@ -121,6 +121,9 @@ def test_core_scaling_grows_with_T_and_d_osc(tiny):
     for T in (9, 17):
         assert by[T, 8]["oscillator_cycles"] > by[T, 2]["oscillator_cycles"]
         assert by[T, 2]["softmax_fixedpoint_cycles"] > by[T, 2]["softmax_cycles"]  # the exp table saves work
+    assert by[17, 2]["oscillator_linear_cycles"] > by[9, 2]["oscillator_linear_cycles"] > 0
+    assert by[9, 2]["oscillator_linear_cycles"] == by[9, 8]["oscillator_linear_cycles"]  # d_osc 2 whatever the row's
     for r in rows:
         assert r["ratio"] == r["oscillator_cycles"] / r["softmax_cycles"]
+        assert r["ratio_linear"] == r["oscillator_linear_cycles"] / r["softmax_cycles"]
         assert r["oscillator_latency_ms"] > 0 and r["softmax_energy_uj"] > 0

@@ -205,6 +205,19 @@ static int64_t shift_round64(int64_t x, int e) {
   return e > 0 ? (x + ((int64_t)1 << (e - 1))) >> e : (int64_t)((uint64_t)x << -e);
 }
 
+/* floor(m 2^21 / d) for d in [2^21, 2^22]: long division in 32-bit steps (Cortex-M has no 64-bit divide). */
+static uint32_t div_q21(uint32_t m, uint32_t d) {
+  uint32_t q = m / d, r = m % d;
+  int bits, s;
+  for (bits = 21; bits > 0; bits -= s) { /* r < d <= 2^22, so r << 10 fits */
+    s = bits > 10 ? 10 : bits;
+    r <<= s;
+    q = (q << s) | (r / d);
+    r %= d;
+  }
+  return q;
+}
+
 static int32_t sat32(int64_t x) { return (int32_t)(x < INT32_MIN ? INT32_MIN : x > INT32_MAX ? INT32_MAX : x); }
 
 void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const int8_t *k, const int8_t *v,
@@ -282,7 +295,7 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
   /* 4: one division per query: den to 22 bits, m 2^21 / den a multiplier of each numerator */
   e = bitlen64((uint64_t)den) - 22;
   dn = (int32_t)shift_round64(den, e);
-  inv = ((int64_t)p->rq_out.multiplier << 21) / dn;
+  inv = div_q21((uint32_t)p->rq_out.multiplier, (uint32_t)dn);
   shift = 52 - p->rq_out.shift;
   for (d = 0; d < dv; ++d) {
     num = 0;
