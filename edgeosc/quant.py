@@ -41,7 +41,8 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
                                 Uint8ActPerTensorFloat)
 
 from .config import QUANT_PRESETS, QuantConfig, to_dict
-from .models.attention import GATE_POINTS, LAYER_POINTS, QUANT_POINTS, SoftmaxAttention, unit
+from .models.attention import (GATE_POINTS, LAYER_POINTS, LINEAR_GATE_POINTS, LINEAR_POINTS, QUANT_POINTS,
+                                SoftmaxAttention, unit)
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
 
@@ -208,12 +209,12 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
     for block in net.blocks:
         attn = block.attn
         kind = "softmax" if isinstance(attn, SoftmaxAttention) else "oscillator"
-        if kind == "oscillator" and attn.form == "linear":
-            attn.form = "direct"  # the same function: QAT and the int8 graphs run the direct form of a linear model
+        linear = kind == "oscillator" and attn.form == "linear"
         anchor, gate = getattr(attn, "anchor", None), getattr(attn, "gate", None)
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
-        names = (QUANT_POINTS[kind] + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or anchor is not None)
-                 + (GATE_POINTS if gate is not None else ()))
+        names = ((LINEAR_POINTS if linear else QUANT_POINTS[kind])
+                 + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or anchor is not None)
+                 + ((LINEAR_GATE_POINTS if linear else GATE_POINTS) if gate is not None else ()))
         attn.quant = QuantPoints(names, preset, FIXED[kind])
         for name in _norm1_readers(attn):
             setattr(attn, name, _quant_layer(getattr(attn, name), preset, block.norm1.quant.proxy("norm")))

@@ -135,18 +135,20 @@ def test_latency_benchmark_runs_both_kinds(runs):
     assert all(r["ratio"] > 0 and r["oscillator"]["median_ms"] > 0 for r in rows) and "ratio" in lines[1]
 
 
-def test_linear_model_exports_and_quantizes_as_its_direct_form(tmp_path):
-    """A linear-form model: float ONNX and float TFLite trace the same function; QAT (and so every int8 export)
-    runs the direct form of it; no custom-op file claims the direct op's contract."""
+def test_linear_model_exports_with_its_integer_core(tmp_path):
+    """A linear-form model: float ONNX and float TFLite trace the same function; QAT quantizes the linear core's own
+    points; its int8 file is int8_custom.tflite (the linear op; no builtin graph), close to QAT in tflite-runtime."""
     from edgeosc import runtime
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.config import FeatureConfig, ModelConfig, QuantConfig
+    from edgeosc.models.attention import LINEAR_GATE_POINTS, LINEAR_POINTS
     from edgeosc.models.kws import build_model
-    from edgeosc.quant import float_model, quantize_model
+    from edgeosc.quant import calibrate, float_model, quantize_model
+    from edgeosc.runtime import custom_op
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(n_classes=3, d_osc=2, positive="taylor2", form="linear", key_gate=True)).eval()
-    x = torch.randn(4, 49, 40)
+    x = torch.randn(32, 49, 40)
     with torch.no_grad():
         want = model(x).numpy()
         ckpt = Checkpoint.of(model, FeatureConfig(), ["a", "b", "c"])
@@ -156,5 +158,14 @@ def test_linear_model_exports_and_quantizes_as_its_direct_form(tmp_path):
         tfl = export(ckpt, ExportConfig(), tmp_path / "tflite", "tflite") / "float.tflite"
         assert np.abs(runtime.load(tfl, "ai-edge-litert").run(x.numpy()) - want).max() < 1e-4
         qat = quantize_model(model, QuantConfig())
-        assert model.blocks[0].attn.form == "linear" and qat.net.blocks[0].attn.form == "direct"
+        attn = qat.net.blocks[0].attn
+        assert attn.form == "linear" and set(attn.quant.points) == {*LINEAR_POINTS, *LINEAR_GATE_POINTS, "r_raw", "proj"}
         assert np.abs(float_model(qat)(x).numpy() - want).max() < 1e-5
+        calibrate(qat, [(x[:16], None), (x[16:], None)], 2)
+        ref = qat.eval()(x).numpy()
+        out = export(Checkpoint.of(qat, FeatureConfig(), ["a", "b", "c"]), ExportConfig(), tmp_path / "int8", "tflite")
+    assert sorted(p.name for p in out.glob("*.tflite")) == ["float.tflite", "int8_custom.tflite"]
+    pytest.importorskip("tflite_runtime.interpreter")
+    got = runtime.load(out / "int8_custom.tflite", "tflite-runtime", custom_ops=[custom_op.register]).run(x.numpy())
+    lsb = float(qat.output_quant.act_quant.scale().detach())
+    assert np.abs(got - ref).max() <= 4 * lsb and (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.95

@@ -149,3 +149,58 @@ def test_c_refuses_what_it_cannot_compute():
     pq.p = 5
     with pytest.raises(ValueError, match="rejected"):
         ck.linear_core(pq, *case(rng, 1, 4, 4, 4, gated=False))
+
+
+def linear_op_model(shapes, scales, zp, p, gated, lead=()) -> bytes:
+    """One EdgeOscAttention op with form "linear": q, k, v, r (+ g [.., H, 1, T]) -> out."""
+    from edgeosc.export.tflite import custom_op as tflite_op
+    from edgeosc.export.tflite.builder import TFLiteBuilder
+
+    H, T, dh, dv = shapes
+    b = TFLiteBuilder()
+    xs = [b.input(n, (*lead, H, T, d), np.int8, scales.get(n, 1 / 128), zp.get(n, 0))
+          for n, d in zip("qkvr", (dh, dh, dv, 2))]
+    if gated:
+        xs.append(b.input("g", (*lead, H, 1, T), np.int8, 1 / 128, zp["g"]))
+    out = b.tensor("out", (*lead, H, T, dv), np.int8, scale=scales["out"], zero_point=zp["out"])
+    b.custom(tflite_op.OP_NAME, xs, [out], tflite_op.custom_options(form="linear", p=p, heads=H, d_osc=2))
+    b.mark_output(out)
+    return b.to_bytes()
+
+
+def run_op(model: bytes, xs):
+    tfl = pytest.importorskip("tflite_runtime.interpreter")
+    from edgeosc.runtime import custom_op
+
+    it = tfl.InterpreterWithCustomOps(model_content=model, custom_op_registerers=[custom_op.register])
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), xs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_custom_op_equals_reference(gated):
+    """The TFLite kernel derives c1 and the output multiplier from the tensors' float32 scales as the reference does."""
+    rng = np.random.default_rng(11)
+    for shapes, p in (((2, 49, 8, 8), 4), ((3, 17, 5, 7), 2)):
+        q, k, v, r, g = case(rng, *shapes, gated)
+        pq = R.linear_quant_from_scales(SCALES, shapes[2], p, ZP)
+        want = R.linear_core_int8(pq, q, k, v, r, g)
+        xs = [q, k, v, r] + ([g[:, None, :]] if gated else [])
+        np.testing.assert_array_equal(run_op(linear_op_model(shapes, SCALES, ZP, p, gated), xs), want)
+        lead = [x[None] for x in xs]  # a leading batch axis flattens into the heads
+        np.testing.assert_array_equal(run_op(linear_op_model(shapes, SCALES, ZP, p, gated, (1,)), lead)[0], want)
+
+
+def test_custom_op_refuses_bad_linear_settings():
+    from edgeosc.export.tflite import custom_op as tflite_op
+
+    with pytest.raises(ValueError, match="p in 1..4"):
+        tflite_op.custom_options(form="linear", p=5)
+    rng = np.random.default_rng(0)
+    xs = list(case(rng, 1, 4, 4, 4, gated=False)[:4])
+    bad_r = linear_op_model((1, 4, 4, 4), dict(SCALES, r=1 / 64), ZP, 2, False)
+    with pytest.raises(RuntimeError, match="r must be unit vectors"):
+        run_op(bad_r, xs)

@@ -511,7 +511,7 @@ def linear_quant_from_scales(scales: dict, d_head: int, p: int, zp: dict | None 
     if not LINEAR_P[0] <= p <= LINEAR_P[1]:
         raise ValueError(f"linear core: p = {p} is out of range {LINEAR_P[0]}..{LINEAR_P[1]}")
     s = float(_f32(scales["q"])) * float(_f32(scales["k"])) / math.sqrt(d_head)
-    c1 = round(2.0 / s)
+    c1 = math.floor(2.0 / s + 0.5)  # as the custom op's Prepare computes it
     if not LINEAR_C1[0] <= c1 < LINEAR_C1[1]:
         raise ValueError(f"linear core: the score scale {s:.3g} (q's x k's / sqrt(d_head)) gives coupling "
                          f"coefficient 2 / s = {c1}, outside [{LINEAR_C1[0]}, {LINEAR_C1[1]})")

@@ -47,11 +47,15 @@ def _masked_fill(x: Tensor, mask: Tensor | None, value: float) -> Tensor:
 # state, c the shifted cosines (1 + zr)^p, csum their sum over keys, inv = 1 / csum, a = c inv the readout.
 QUANT_POINTS = {"oscillator": ("q", "k", "v", "r", "qk", "w", "wn", "h", "z", "zr", "c", "csum", "inv", "a", "out"),
                 "softmax": ("q", "k", "v", "qk", "a", "out")}
+# The linear form's points (QAT of form "linear"): its integer kernel holds only these in int8; every sum over keys
+# between them is exact in int32/int64 (docs/maths.md#integer-linear-core). r and z are unit vectors at 1/128.
+LINEAR_POINTS = ("q", "k", "v", "r", "z", "out")
 # Points of the attention modules around their cores: raw anchors (before normalising) and the output projection.
 LAYER_POINTS = {"oscillator": ("r_raw", "proj"), "softmax": ("proj",)}
 # The key gate's points: its projection g_raw, g = positive(g_raw), gn its unit vector over keys,
-# pow = (1 + zr)^p before c = pow gn, and cn the unit rows of c.
+# pow = (1 + zr)^p before c = pow gn, and cn the unit rows of c. The linear form reads gn only.
 GATE_POINTS = ("g_raw", "g", "gn", "pow", "cn")
+LINEAR_GATE_POINTS = GATE_POINTS[:3]
 
 
 def _identity(name: str, x: Tensor) -> Tensor:
@@ -183,7 +187,7 @@ def readout_features(z: Tensor, r: Tensor, p: int) -> tuple[Tensor, Tensor]:
 
 def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1, eps: float = 1e-6,
                                 positive: str = "taylor2", key_mask: Tensor | None = None, causal: bool = False,
-                                g: Tensor | None = None) -> Tensor:
+                                g: Tensor | None = None, quant=None) -> Tensor:
     """oscillator_attention with a polynomial positive map, as sums over keys: time linear in T, a state of fixed size.
 
     sigma(q_i.k_j) = phi(q_i).phi(k_j) makes the coupling field a sum over keys, h_i = phi(q_i)^T S / phi(q_i)^T s
@@ -192,9 +196,12 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
     phi(z_i)^T m with M = sum_j g_j psi(r_j) v_j^T and m = sum_j g_j psi(r_j). key_mask [B, T] (True: keep) drops
     keys from the sums; causal makes them prefix sums, the state a stream carries from one frame to the next.
     q, k [B,H,T,d_h], v [B,H,T,d_v], r [B,H,T,d_osc] unit anchors, g [B,H,T,1] > 0 the key gate -> out [B,H,T,d_v].
+    `quant` sees LINEAR_POINTS (QAT; the integer kernel's int8 tensors).
     """
     if positive not in POLYNOMIAL:
         raise ValueError(f"the linear form needs a polynomial positive map ({', '.join(POLYNOMIAL)}), not {positive!r}")
+    quant = _identity if quant is None else quant
+    q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
     keep = None if key_mask is None else key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
 
     def over_keys(x: Tensor, per_key: Tensor, y: Tensor) -> Tensor:
@@ -206,10 +213,10 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
         return (x.unsqueeze(-2) @ state).squeeze(-2)
 
     hs = over_keys(coupling_features(q), coupling_features(k), r)
-    z = unit(hs[..., :-1] / hs[..., -1:].clamp_min(torch.finfo(q.dtype).tiny), eps)  # [B,H,T,d_osc]
+    z = quant("z", unit(hs[..., :-1] / hs[..., -1:].clamp_min(torch.finfo(q.dtype).tiny), eps))  # [B,H,T,d_osc]
     phi, psi = readout_features(z, r, p)
     nd = over_keys(phi, psi if g is None else psi * g, v)
-    return nd[..., :-1] / nd[..., -1:].clamp_min(torch.finfo(v.dtype).tiny)
+    return quant("out", nd[..., :-1] / nd[..., -1:].clamp_min(torch.finfo(v.dtype).tiny))
 
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
@@ -361,10 +368,11 @@ class OscillatorAttention(_Heads):
     def core(self, q: Tensor, k: Tensor, v: Tensor, r: Tensor, mask: Tensor | None = None,
              g: Tensor | None = None) -> Tensor:
         """The functional core with this layer's settings (the ONNX export emits it as one custom op)."""
-        if self.form == "linear":  # no quantization points yet: QAT and the int8 exports take the direct form
+        if self.form == "linear":
             if mask is not None:
                 raise ValueError("the linear form takes key masks and causality, not a [T, T] mask")
-            return oscillator_attention_linear(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, g=g)
+            return oscillator_attention_linear(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, g=g,
+                                               quant=self.quant)
         return oscillator_attention(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, mask=mask,
                                     quant=self.quant, g=g)
 

@@ -7,6 +7,10 @@
  * export/edgeosc_attention_tflite.md). The option point "sum" is the model's "csum".
  * Prepare computes every requantization multiplier from the float32 scales exactly as the builtin ops'
  * Prepare would, so invoke (edgeosc_oscillator_core_int8) is bit-exact with the builtin chain.
+ * Option form "linear" runs the linear core instead (edgeosc_linear_core_int8; d_osc 2, taylor2): inputs q, k,
+ * v, r (1/128, 0) and optionally the unit gates g [.., H, 1, T]; options p (1..4, required) and causal; no
+ * points, no tables: Prepare derives its two constants from the tensors' scales, as
+ * edgeosc/integer/reference.py linear_quant_from_scales does.
  */
 #include <math.h>
 #include <stdint.h>
@@ -263,6 +267,9 @@ typedef struct {
   EdgeoscOscParams params;
   EdgeoscGateParams gate;
   int8_t *scratch;
+  int linear;       /* option form "linear": the linear core, its parameters and one head's state */
+  EdgeoscLinearParams lin;
+  int32_t *state;
   const char *error;
 } OpData;
 
@@ -330,6 +337,18 @@ static int opt_number(const Flex *f, const FlexRef *root, const char *key, doubl
   return 1;
 }
 
+static int parse_linear(OpData *d, const Flex *f, const FlexRef *root) {
+  double p = 0, causal = 0, heads = 0, d_osc = 2;
+  if (!opt_number(f, root, "p", 1, 4, &p) || !p || !opt_number(f, root, "causal", 0, 1, &causal) ||
+      !opt_number(f, root, "heads", 1, 1 << 20, &heads) || !opt_number(f, root, "d_osc", 2, 2, &d_osc))
+    return 0;
+  d->linear = 1;
+  d->lin.p = (int32_t)p;
+  d->lin.causal = (int32_t)causal;
+  d->heads = (int32_t)heads;
+  return 1;
+}
+
 static int parse_options(OpData *d, const uint8_t *buf, size_t len) {
   const Flex f = {buf, buf + len};
   FlexRef root, v;
@@ -340,6 +359,11 @@ static int parse_options(OpData *d, const uint8_t *buf, size_t len) {
   int i;
   static const char *const table_keys[3] = {"table_w", "table_c", "table_inv"};
   if (!buf || !fx_root(&f, &root) || root.type != FBT_MAP) return 0;
+  if (fx_lookup(&f, &root, "form", &v)) {
+    if (!fx_bytes(&f, &v, &s, &n)) return 0;
+    if (n == 6 && !memcmp(s, "linear", 6)) return parse_linear(d, &f, &root);
+    if (!(n == 6 && !memcmp(s, "direct", 6))) return 0;
+  }
   for (i = 0; i < POINTS; ++i) {
     x = -1;
     snprintf(key, sizeof key, "%s_scale", kPoints[i]);
@@ -393,14 +417,18 @@ static void *op_init(TfLiteContext *context, const char *buffer, size_t length) 
   OpData *d = (OpData *)calloc(1, sizeof(OpData));
   (void)context;
   if (d && !parse_options(d, (const uint8_t *)buffer, length))
-    d->error = "EdgeOscAttention: bad custom options (need <point>_scale for qk w h zr c sum inv a)";
+    d->error = "EdgeOscAttention: bad custom options (need <point>_scale for qk w h zr c sum inv a; form linear: "
+               "p in 1..4, causal 0/1, d_osc 2)";
   return d;
 }
 
 static void op_free(TfLiteContext *context, void *buffer) {
   OpData *d = (OpData *)buffer;
   (void)context;
-  if (d) free(d->scratch);
+  if (d) {
+    free(d->scratch);
+    free(d->state);
+  }
   free(d);
 }
 
@@ -426,6 +454,53 @@ static int dims3(const TfLiteTensor *t, int32_t *heads, int32_t *tokens) {
     return kTfLiteError;                          \
   } while (0)
 
+/* The linear core: q, k, v, r (+ g), constants from the tensors' scales (reference.linear_quant_from_scales). */
+static TfLiteStatus prepare_linear(TfLiteContext *context, TfLiteNode *node, OpData *d) {
+  TfLiteTensor *in[5], *out;
+  int32_t H[6], T[6], dim[6];
+  EdgeoscLinearParams *p = &d->lin;
+  double s, c1;
+  int i;
+  const int gated = node->inputs->size == 5;
+  if ((node->inputs->size != 4 && !gated) || node->outputs->size != 1)
+    FAIL("EdgeOscAttention (linear): needs inputs q, k, v, r (+ gates g) and one output");
+  for (i = 0; i < node->inputs->size; ++i)
+    if (!(in[i] = tensor(context, node->inputs, i))) FAIL("EdgeOscAttention: missing input");
+  if (!(out = tensor(context, node->outputs, 0))) FAIL("EdgeOscAttention: missing output");
+  for (i = 0; i < 4; ++i)
+    if ((dim[i] = dims3(in[i], &H[i], &T[i])) <= 0) FAIL("EdgeOscAttention: inputs must be int8 [.., H, T, d]");
+  if ((dim[4] = dims3(out, &H[4], &T[4])) <= 0) FAIL("EdgeOscAttention: output must be int8 [.., H, T, dv]");
+  for (i = 1; i < 5; ++i)
+    if (H[i] != H[0] || T[i] != T[0]) FAIL("EdgeOscAttention: q, k, v, r, out disagree on heads or tokens");
+  if (dim[1] != dim[0] || dim[4] != dim[2] || dim[3] != 2)
+    FAIL("EdgeOscAttention (linear): k must match q, out must match v, r must be [.., 2] (d_osc 2)");
+  if (in[3]->params.scale != 1.0f / 128 || in[3]->params.zero_point != 0)
+    FAIL("EdgeOscAttention (linear): r must be unit vectors at scale 1/128, zero point 0");
+  if (d->heads && H[0] % d->heads) FAIL("EdgeOscAttention: heads option disagrees with the tensors");
+  if (gated && (dims3(in[4], &H[5], &T[5]) != T[0] || H[5] != H[0] || T[5] != 1))
+    FAIL("EdgeOscAttention (linear): the gates g must be int8 [.., H, 1, T]");
+  p->heads = H[0];
+  p->tokens = T[0];
+  p->d_head = dim[0];
+  p->d_value = dim[2];
+  p->zp_q = in[0]->params.zero_point;
+  p->zp_k = in[1]->params.zero_point;
+  p->zp_v = in[2]->params.zero_point;
+  p->zp_g = gated ? in[4]->params.zero_point : 0;
+  p->zp_out = out->params.zero_point;
+  s = (double)in[0]->params.scale * (double)in[1]->params.scale / sqrt((double)p->d_head);
+  c1 = floor(2.0 / s + 0.5);
+  if (!(c1 >= 16 && c1 < (1 << 20)))
+    FAIL("EdgeOscAttention (linear): q's and k's scales give a coupling coefficient 2/s outside [16, 2^20)");
+  p->c1 = (int32_t)c1;
+  quantize_multiplier(double_real(1.0f, in[2]->params.scale, out->params.scale), &p->rq_out);
+  if (p->rq_out.shift < -10 || p->rq_out.shift > 20) FAIL("EdgeOscAttention (linear): v's scale over out's is out of range");
+  free(d->state);
+  if (!(d->state = (int32_t *)malloc(EDGEOSC_LINEAR_STATE_WORDS(p->d_head, p->d_value, p->p) * sizeof(int32_t))))
+    FAIL("EdgeOscAttention: out of memory");
+  return kTfLiteOk;
+}
+
 static TfLiteStatus op_prepare(TfLiteContext *context, TfLiteNode *node) {
   OpData *d = (OpData *)node->user_data;
   TfLiteTensor *in[8], *out;
@@ -434,6 +509,7 @@ static TfLiteStatus op_prepare(TfLiteContext *context, TfLiteNode *node) {
   EdgeoscOscParams *p;
   if (!d) FAIL("EdgeOscAttention: out of memory");
   if (d->error) FAIL(d->error);
+  if (d->linear) return prepare_linear(context, node, d);
   n_tables = node->inputs->size - 4 - d->gated;
   if ((n_tables != 0 && n_tables != 3) || node->outputs->size != 1)
     FAIL("EdgeOscAttention: needs inputs q, k, v, r (+ tables w, c, inv) (+ gates g with the key gate options) "
@@ -509,6 +585,13 @@ static TfLiteStatus op_invoke(TfLiteContext *context, TfLiteNode *node) {
   int i;
   const int8_t **tab[3] = {&p->table_w, &p->table_c, &p->table_inv};
   const int tables_in = node->inputs->size - d->gated == 7;
+  if (d->linear) {
+    const TfLiteTensor *g = node->inputs->size == 5 ? tensor(context, node->inputs, 4) : NULL;
+    if (edgeosc_linear_core_int8(&d->lin, q->data.int8, k->data.int8, v->data.int8, r->data.int8,
+                                 g ? g->data.int8 : NULL, out->data.int8, d->state))
+      FAIL("EdgeOscAttention (linear): invalid parameters");
+    return kTfLiteOk;
+  }
   for (i = 0; i < 3; ++i) *tab[i] = tables_in ? tensor(context, node->inputs, 4 + i)->data.int8 : d->tables[i];
   if (d->gated ? edgeosc_oscillator_gated_core_int8(p, &d->gate, q->data.int8, k->data.int8, v->data.int8,
                                                     r->data.int8,

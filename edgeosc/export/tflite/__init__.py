@@ -14,7 +14,9 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                          sums over keys    FULLY_CONNECTED with unit weights (one exact int32 sum)
                          softmax baseline  SOFTMAX
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
-                       (export/edgeosc_attention_tflite.md); oscillator networks only.
+                       (export/edgeosc_attention_tflite.md); oscillator networks only. A linear-form model
+                       (its core sums over keys in int32/int64, which no builtin int8 op holds) gets only this
+                       int8 file, its op with option form "linear".
 Every int8 tensor is one of the QAT model's quantization points (quant.py), so the files compute what
 QAT simulated, up to rounding: TFLite requantizes with a fixed-point multiplier (round half away from
 zero), Brevitas in float (round half to even).
@@ -132,6 +134,9 @@ class Graph:
             raw = self.heads(self.linear(x, attn.anchor, q("r_raw"), label=f"{label}/r_raw"), attn.heads,
                              f"{label}/r_raw")
             r = b.l2_normalization(raw, name=f"{label}/r")
+            if self.int8 and attn.form == "linear" and not self.custom_core:
+                raise ValueError("a linear-form oscillator has no builtin int8 graph (its integer core sums over keys "
+                                 "in int32/int64): export it as int8_custom.tflite (the EdgeOscAttention op)")
             core = self.custom_oscillator_core if self.custom_core else self.oscillator_core
             out = core(qh, kh, vh, r, attn, label, self.key_gate(x, attn, label))
         t = b.shape(out)[1]
@@ -188,6 +193,11 @@ class Graph:
         out_scale, out_zp = self.q(hook, "out")
         shape = b.shape(qh)[:2] + [b.shape(vh)[-1]]
         out = b.tensor(f"{label}/out", shape, np.int8, scale=out_scale, zero_point=out_zp)
+        if attn.form == "linear":  # the linear core: its constants come from the tensors' scales
+            options = custom_op.custom_options(form="linear", p=attn.p, causal=False, eps=attn.eps, d_osc=attn.d_osc,
+                                               positive=attn.positive, heads=attn.heads)
+            b.custom(CUSTOM_OP, [qh, kh, vh, r] + ([g] if g is not None else []), [out], options)
+            return out
         tables = dict(w=self.lut(*self.q(hook, "qk"), lambda v: coupling(v, attn.d_h, attn.positive), hook, "w"),
                       c=self.lut(*self.q(hook, "zr"), lambda v: shifted_power(v, attn.p), hook,
                                  "c" if g is None else "pow"),
@@ -313,6 +323,11 @@ def _networks(model: nn.Module) -> tuple[KWSTransformer, object]:
     return net.eval(), qat
 
 
+def linear_form(model: nn.Module) -> bool:
+    """Whether a model has linear-form oscillator layers (no builtin-op int8 graph; docs/maths.md#integer-linear-core)."""
+    return any(isinstance(m, OscillatorAttention) and m.form == "linear" for m in model.modules())
+
+
 def _save(data: bytes, path: Path) -> Path:
     check_tflite(data, name=str(path))
     with atomic_path(path) as tmp:
@@ -330,7 +345,8 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
         if qat is None:
             return out_dir
         qat.eval()
-        _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
+        if not linear_form(qat):  # a linear core has no builtin int8 graph: only int8_custom.tflite holds it
+            _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
         if any(isinstance(m, OscillatorAttention) for m in qat.modules()):
             _save(Graph(qat.net, qat, custom_core=True).build(), out_dir / "int8_custom.tflite")
     return out_dir

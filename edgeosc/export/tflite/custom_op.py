@@ -40,10 +40,14 @@ def custom_options(**attrs) -> bytes:
     and the descriptive p, eps, positive, heads, d_osc (heads and d_osc are checked against the tensors).
     The key gate: gated_scale / gated_zero_point (its MUL's output) and pow_scale / pow_zero_point (table_c's
     output, which the MUL reads); the op then takes the unit gates g [.., H, 1, T] as its last input.
+    form="linear" (the linear core, d_osc 2) takes p and optionally causal, heads, d_osc, and no points or tables.
     """
     from flatbuffers import flexbuffers
 
-    missing = [f"{p}_scale" for p in POINTS if f"{p}_scale" not in attrs]
+    linear = attrs.get("form", "direct") == "linear"
+    if linear and not 1 <= attrs.get("p", 0) <= 4:
+        raise ValueError(f"custom_options: form 'linear' needs p in 1..4, not {attrs.get('p')}")
+    missing = [] if linear else [f"{p}_scale" for p in POINTS if f"{p}_scale" not in attrs]
     if missing:
         raise ValueError(f"custom_options needs {missing}")
     return bytes(flexbuffers.Dumps({k: _flex_value(v) for k, v in attrs.items()}))
