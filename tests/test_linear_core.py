@@ -204,3 +204,23 @@ def test_custom_op_refuses_bad_linear_settings():
     bad_r = linear_op_model((1, 4, 4, 4), dict(SCALES, r=1 / 64), ZP, 2, False)
     with pytest.raises(RuntimeError, match="r must be unit vectors"):
         run_op(bad_r, xs)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_firmware_lowering_equals_reference(tmp_path, gated):
+    """The op lowered by export/c (edgeosc_linear_core_int8, its state in the arena) on the host build."""
+    from edgeosc.bench.estimate import host_logits
+    from edgeosc.export.c import generate
+
+    rng = np.random.default_rng(5)
+    shapes = (2, 49, 8, 8)
+    model = tmp_path / "op.tflite"
+    model.write_bytes(linear_op_model(shapes, SCALES, ZP, 4, gated))
+    info = generate(model, tmp_path / "fw", "op", features=None)
+    assert "edgeosc_linear_core_int8" in (tmp_path / "fw" / "op_model.c").read_text() and info["calls"] == 1
+    pq = R.linear_quant_from_scales(SCALES, shapes[2], 4, ZP)
+    for _ in range(3):
+        xs = case(rng, *shapes, gated)
+        flat = np.concatenate([x.ravel() for x in xs if x is not None])[None]
+        got = host_logits(tmp_path / "fw", "op", flat, work=tmp_path / "build").reshape(2, 49, 8)
+        np.testing.assert_array_equal(got, R.linear_core_int8(pq, *xs))

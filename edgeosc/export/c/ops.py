@@ -11,8 +11,8 @@ weight value is a sum pool over time; with fuse=True the oscillator core (qk .. 
 (qk, SOFTMAX, out) become edgeosc_oscillator_core_int8 (edgeosc_oscillator_gated_core_int8 with the key
 gate) / edgeosc_softmax_core_int8, which work one query row at a time (scratch of T + 2 d_osc or T bytes
 instead of [H, T, T] tensors) with the same integers.
-The oscillator core stays direct here: a linear-form model (docs/maths.md#linear-form) is lowered as the
-direct form of the same function.
+EdgeOscAttention with option form "linear" becomes edgeosc_linear_core_int8 (docs/maths.md#integer-linear-core),
+its int32 state in the arena's scratch.
 """
 from __future__ import annotations
 
@@ -403,6 +403,8 @@ class Lowering:
         o = flexbuffers.Loads(op.custom)
         q, k, v, r = (self.t(i) for i in op.inputs[:4])
         out = self.t(op.outputs[0])
+        if o.get("form") == "linear":
+            return self.linear_core(op, o, q, k, v, r, out)
         has_gate = "gated_scale" in o  # the key gate: the unit gates are the last input
         points = S.POINTS + (S.GATE_POINTS if has_gate else ())
         s = {p: float(np.float32(o[f"{p}_scale"])) for p in points}
@@ -421,6 +423,21 @@ class Lowering:
         rqs = osc_rqs({**s, **dict(q=q.s, k=k.s, v=v.s, r=r.s, out=out.s)}, ones_scale)
         gated = gate_params(self.t(op.inputs[-1]), s["pow"], zp["pow"], s["gated"], zp["gated"]) if has_gate else None
         return self.core_call([op], q, k, v, r, zps, tables, rqs, ones, out.name, gated)
+
+    def linear_core(self, op: Op, o: dict, q: Tensor, k: Tensor, v: Tensor, r: Tensor, out: Tensor) -> Call:
+        """EdgeOscAttention form "linear": the constants the op's Prepare derives (reference.linear_quant_from_scales)."""
+        if not same_heads(q, k, v, r) or r.shape[-1] != 2 or (r.s, r.z) != (np.float32(R.SCALE_UNIT), 0):
+            raise UnsupportedGraph(f"{out.name}: the linear core needs r [.., H, T, 2] at (1/128, 0)")
+        g = self.t(op.inputs[4]) if len(op.inputs) == 5 else None
+        H, T, dh, dv = int(np.prod(q.shape[:-2])), q.shape[-2], q.shape[-1], v.shape[-1]
+        pq = R.linear_quant_from_scales(dict(q=q.s, k=k.s, v=v.s, out=out.s), dh, int(o["p"]),
+                                        dict(q=q.z, k=k.z, v=v.z, g=0 if g is None else g.z, out=out.z),
+                                        bool(o.get("causal", False)))
+        params = Struct(S.LINEAR.struct, pq.fields(H, T, dh, dv))
+        words = 2 * (1 + dh + dh * (dh + 1) // 2) + (2 * pq.p + 1) * (dv + 1)  # EDGEOSC_LINEAR_STATE_WORDS
+        args = [params, *(Ref(t.index) for t in (q, k, v, r)), None if g is None else Ref(g.index), Ref(out.index),
+                "state"]
+        return self.emit("edgeosc_linear_core_int8", args, [op], out.name, scratch=4 * words)
 
     def softmax_core(self, op: Op):
         """qk = BMM(q, k^T), a = SOFTMAX(qk), out = BMM(a, v)."""
