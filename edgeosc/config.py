@@ -208,8 +208,9 @@ def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def from_dict(cls, d: dict):
-    """Rebuild a (possibly nested) frozen dataclass from to_dict output; unknown keys are an error."""
+def from_dict(cls, d: dict, base=None):
+    """Rebuild a (possibly nested) frozen dataclass from to_dict output; unknown keys are an error. Fields d leaves
+    out keep base's values (a default instance of cls; else the class defaults)."""
     kwargs = {}
     hints = {f.name: f for f in dataclasses.fields(cls)}
     for k, v in d.items():
@@ -219,7 +220,7 @@ def from_dict(cls, d: dict):
         if dataclasses.is_dataclass(default):
             if not isinstance(v, dict):
                 raise ValueError(f"{cls.__name__}.{k} is a table of fields, not {v!r}")
-            v = from_dict(type(default), v)
+            v = from_dict(type(default), v, default)
         elif isinstance(default, tuple) and isinstance(v, list):
             v = tuple(v)
         elif isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool):
@@ -228,4 +229,4 @@ def from_dict(cls, d: dict):
                 type(v) is not type(default) and not (isinstance(default, tuple) and isinstance(v, tuple))):
             raise ValueError(f"{cls.__name__}.{k} must be {type(default).__name__}, not {v!r}")
         kwargs[k] = v
-    return cls(**kwargs)
+    return cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)

@@ -16,6 +16,8 @@ click>=8.1
 flatbuffers>=24.3
 scipy>=1.10
 ai-edge-litert>=2.0
+# runs int8_custom.tflite (the EdgeOscAttention kernel, built here with cc); no wheels past Python 3.11
+tflite-runtime>=2.14; python_version < "3.12"
 # optional: smbus2 (INA219/INA260 power monitor on I2C), sounddevice (edgeosc listen --mic)
 """
 MODEL_FILES = ("int8.tflite", "int8_custom.tflite", "float.tflite", "manifest.json")
@@ -50,6 +52,9 @@ Energy is the integral of power over the timed runs minus the idle power measure
 ## Listen
 
     python -m edgeosc listen models/oscillator/int8.tflite --wav some.wav   # or --mic (pip install sounddevice)
+
+int8_custom.tflite holds each oscillator core as one EdgeOscAttention op; tflite-runtime runs it, its kernel
+compiled on first use from `export/tflite_op` and `firmware_models/kernels` with the board's `cc` (no torch).
 """
 
 
@@ -73,7 +78,8 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
         shutil.copytree(ROOT / rel, out / rel, ignore=shutil.ignore_patterns("*.o", "*.so", "build"))
     (out / "requirements.txt").write_text(REQUIREMENTS)
     (out / "README.md").write_text(_readme(kinds))
-    models = " ".join(f"models/{k}/int8.tflite" for k in kinds)
+    models = " ".join(f"models/{k}/{f}" for k in kinds for f in ("int8.tflite", "int8_custom.tflite")
+                      if (out / "models" / k / f).is_file())  # the custom op's file: the fast path a user runs
     script = out / "run_bench.sh"
     script.write_text(f"""#!/bin/sh
 # Latency (and, with --power/--power-log, energy) of the int8 models on this board -> results/

@@ -40,7 +40,7 @@ import numpy as np
 SUITE, PYTHON = "bookworm", "python3.11"
 PACKAGES = ("python3", "python3-venv", "python3-pip", "gcc", "libc6-dev")
 LABEL = "emulated ARM64 (QEMU), functional check, not a measurement"
-# the custom op registers with tflite-runtime's op resolver; the bundle's requirements have LiteRT only
+# the custom op registers with tflite-runtime's op resolver (the bundle's requirements name it for Python < 3.12)
 CUSTOM_OP_RUNTIME = "tflite-runtime==2.14.0"
 # raw int8 outputs may differ by this many LSB between the ARM (NEON) and x86 kernels: measured 0-1 LSB for
 # int8.tflite (LiteRT, tflite-runtime), 2 for int8_custom.tflite (1 LSB upstream of the kernel, carried through it)

@@ -119,13 +119,18 @@ def markdown(r: dict) -> str:
                      f"{c['test']} test clips (speakers or voices disjoint across splits).")
     names = _interpreters(m)
     lines += ["", "## Accuracy (measured, test split)", "",
-              "| model | float | int8 QAT (torch) | " + " | ".join(f"int8.tflite, {n}" for n in names) + " |",
+              "| model | float | int8 QAT (torch) | " + " | ".join(f"int8 .tflite, {n}" for n in names) + " |",
               "|---|---|---|" + "---|" * len(names)]
     for k in kinds:
         acc = (m[k]["parity"] or {}).get("int8_tflite_accuracy", {})
         lines.append(f"| {k} | {_pct((m[k]['float'] or {}).get('test_accuracy'))} | "
                      f"{_pct((m[k]['qat'] or {}).get('test_accuracy'))} | " +
                      " | ".join(_pct(acc.get(n)) for n in names) + " |")
+    custom = [k for k in kinds if (m[k]["parity"] or {}).get("int8_file", "int8.tflite") != "int8.tflite"]
+    if custom:
+        lines += ["", f"The int8 file of {', '.join(custom)} is int8_custom.tflite: its linear core is the EdgeOscAttention "
+                      "op, which only tflite-runtime runs from Python (its kernel registered; no builtin graph holds the "
+                      "core's int64 sums); the other interpreters have no entry."]
     lines += ["", "## Model files (bytes)", "", "| file | " + " | ".join(kinds) + " | ratio |",
               "|---|" + "---|" * (len(kinds) + 1)]
     files = sorted({f for k in kinds for f in ((m[k]["export"] or {}).get("files") or {})
@@ -144,7 +149,7 @@ def markdown(r: dict) -> str:
         for k, f in fw.items():
             lines.append(f"| {k} | {f['const_bytes'] + f['param_bytes']} | {f['arena_bytes']} | {f['calls']} |")
     lines += ["", "## Parity of the exports (measured)", "",
-              "int8.tflite against the QAT model in output LSBs (logits are int8); top-1 = same class as QAT.", "",
+              "The int8 .tflite against the QAT model in output LSBs (logits are int8); top-1 = same class as QAT.", "",
               "| model | interpreter | top-1 agreement | mean LSB | max LSB |", "|---|---|---|---|---|"]
     for k in kinds:
         p = (m[k]["parity"] or {}).get("int8_tflite", {})

@@ -165,7 +165,7 @@ def count_macs(tflite: str | Path) -> dict:
 
 def _find_tflite(fw: Path, info: dict, given) -> Path | None:
     """The .tflite the folder was generated from (its sha256 in firmware.json must match)."""
-    for p in [given, fw / "int8.tflite", info.get("source")]:
+    for p in [given, fw / "int8.tflite", fw / "int8_custom.tflite", info.get("source")]:
         if p and Path(p).is_file():
             digest = hashlib.sha256(Path(p).read_bytes()).hexdigest()
             if given is None and info.get("sha256") not in (None, digest):

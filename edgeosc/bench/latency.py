@@ -26,11 +26,13 @@ class Timed:
 
 
 def runtimes_for(path: str | Path) -> list[str]:
-    """The installed runtimes that take this file (all TFLite interpreters for .tflite)."""
+    """The installed runtimes that take this file: all TFLite interpreters for .tflite, tflite-runtime alone for
+    one with the EdgeOscAttention op (the kernel registers with it from Python; TFLite Micro: compiled in)."""
     if Path(path).suffix == ".onnx":
         return [ONNX_RUNTIME]
     from .. import runtime
-    return runtime.available_interpreters()
+    names = runtime.available_interpreters()
+    return [n for n in names if n == "tflite-runtime"] if _has_custom_ops(path) else names
 
 
 def prepare(path: str | Path, runtime_name: str, threads: int = 1) -> Timed:
@@ -119,7 +121,7 @@ def bench(paths: list[str | Path], runtimes: list[str] | None = None, runs: int 
     info; with `power` (a PowerMonitor factory) also the measured energy per inference."""
     from .system import system_info
     timed = [prepare(p, rt, threads) for p in paths for rt in (runtimes or runtimes_for(p))
-             if rt in runtimes_for(p) and not (_has_custom_ops(p) and rt != "tflite-runtime")]
+             if rt in runtimes_for(p)]
     if not timed:
         raise ValueError(f"no installed runtime takes {[str(p) for p in paths]}")
     rows = measure(timed, runs, warmup)
@@ -180,8 +182,6 @@ def compare(oscillator: str | Path, softmax: str | Path, runs: int = 200, thread
         if base is None:
             continue
         for rt in runtimes_for(f):
-            if _has_custom_ops(f) and rt != "tflite-runtime":
-                continue  # the custom kernel registers with tflite-runtime only (TFLM: compiled in)
             osc, sm = measure([prepare(f, rt, threads), prepare(base, rt, threads)], runs)
             rows.append(dict(file=f.name, softmax_file=base.name, runtime=rt, threads=threads, oscillator=osc,
                              softmax=sm, ratio=osc["median_ms"] / sm["median_ms"]))

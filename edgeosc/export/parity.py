@@ -13,13 +13,16 @@ import torch
 from .. import runtime
 
 
-def _run(path: Path, feats: np.ndarray, interpreter: str, xnnpack: bool = True, custom_ops=None) -> np.ndarray:
-    return runtime.load(path, interpreter, custom_ops=custom_ops, xnnpack=xnnpack).run(feats)
+def _run(path: Path, feats: np.ndarray, interpreter: str, xnnpack: bool = True) -> np.ndarray:
+    return runtime.load(path, interpreter, xnnpack=xnnpack).run(feats)
 
 
-def interpreters(xnnpack_variants: bool = True) -> list[tuple[str, bool]]:
+def interpreters(xnnpack_variants: bool = True, path: str | Path | None = None) -> list[tuple[str, bool]]:
     """(interpreter, xnnpack) pairs to compare: ai-edge-litert with and without its default XNNPACK delegate
-    (which takes int8 ops and rounds as float32 like fake quantization), the others as they come."""
+    (which takes int8 ops and rounds as float32 like fake quantization), the others as they come. A file with the
+    EdgeOscAttention op runs in tflite-runtime only (the one interpreter that registers a kernel from Python)."""
+    if path is not None and runtime.check_tflite(path)["custom_ops"]:
+        return [("tflite-runtime", True)] if "tflite-runtime" in runtime.available_interpreters() else []
     out = []
     for name in runtime.available_interpreters():
         out.append((name, True))
@@ -45,7 +48,7 @@ def int8_parity(qat: torch.nn.Module, path: str | Path, feats: np.ndarray) -> di
     interpreter, and the largest deviation between any two interpreters."""
     ref = qat.eval()(torch.as_tensor(feats)).numpy()
     lsb = float(qat.output_quant.act_quant.scale())
-    outs = {label(n, x): _run(Path(path), feats, n, x) for n, x in interpreters()}
+    outs = {label(n, x): _run(Path(path), feats, n, x) for n, x in interpreters(path=path)}
     report = {name: dict(top1=float((y.argmax(-1) == ref.argmax(-1)).mean()),
                          mean_lsb=float(np.abs(y - ref).mean() / lsb), max_lsb=float(np.abs(y - ref).max() / lsb))
               for name, y in outs.items()}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import custom_op
 from .tflite_file import ModelFileError, check_tflite
 
 __all__ = ["ModelFileError", "InterpreterUnavailable", "TensorInfo", "Runner", "available_interpreters", "load"]
@@ -186,7 +187,8 @@ def load(path, interpreter: str | None = None, custom_ops=None, xnnpack: bool = 
          arena_size: int | None = None, num_threads: int | None = None) -> Runner:
     """Check the file in Python, then load it into the named (or first available) interpreter.
 
-    custom_ops: tflite-runtime registerers (symbol names or callables receiving the op resolver's address).
+    custom_ops: tflite-runtime registerers (symbol names or callables receiving the op resolver's address);
+    a model whose only custom op is EdgeOscAttention gets its kernel (runtime.custom_op) without asking.
     xnnpack=False disables LiteRT/tflite-runtime's default XNNPACK delegate (builtin kernels only).
     arena_size: TFLM tensor arena in bytes (default from the model's activation sizes).
     """
@@ -196,6 +198,8 @@ def load(path, interpreter: str | None = None, custom_ops=None, xnnpack: bool = 
     except OSError as e:
         raise ModelFileError(f"{path}: cannot read: {e}") from None
     info = check_tflite(data, name=path)  # in Python, before any native code sees the bytes
+    if custom_ops is None and info["custom_ops"] and set(info["custom_ops"]) <= {custom_op.OP_NAME}:
+        custom_ops = [custom_op.register]
     name = _resolve(interpreter, custom_ops)
     if custom_ops and name != "tflite-runtime":
         raise InterpreterUnavailable(f"{path}: custom_ops are only supported with tflite-runtime, not {name}")

@@ -305,11 +305,12 @@ def generate(tflite_path, out_dir, name: str | None = None, fuse: bool = True, *
 
 
 def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
-    """A QAT checkpoint -> int8.tflite (export/tflite) -> C firmware in out_dir, with the front end of the
-    checkpoint's own features (<name>_frontend.c); returns out_dir."""
+    """A QAT checkpoint -> int8.tflite (export/tflite; int8_custom.tflite for a linear-form model) -> C firmware in
+    out_dir, with the front end of the checkpoint's own features (<name>_frontend.c); returns out_dir."""
     import torch
 
     from ..tflite import Graph as TFLiteGraph
+    from ..tflite import linear_form
 
     model = ckpt.model
     if not hasattr(model, "quant_cfg"):
@@ -317,8 +318,9 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         model.eval()
-        path = Path(tmp) / "int8.tflite"
-        path.write_bytes(TFLiteGraph(model.net, model).build())
+        linear = linear_form(model)
+        path = Path(tmp) / ("int8_custom.tflite" if linear else "int8.tflite")
+        path.write_bytes(TFLiteGraph(model.net, model, custom_core=linear).build())
         generate(path, out_dir, features=ckpt.feature_cfg)
-        (out_dir / "int8.tflite").write_bytes(path.read_bytes())
+        (out_dir / path.name).write_bytes(path.read_bytes())
     return out_dir

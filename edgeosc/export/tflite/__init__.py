@@ -323,6 +323,13 @@ def _networks(model: nn.Module) -> tuple[KWSTransformer, object]:
     return net.eval(), qat
 
 
+def int8_file(folder: str | Path) -> Path:
+    """The int8 model of a TFLite export folder: int8.tflite, or a linear-form model's int8_custom.tflite."""
+    folder = Path(folder)
+    builtin = folder / "int8.tflite"
+    return builtin if builtin.is_file() or not (folder / "int8_custom.tflite").is_file() else folder / "int8_custom.tflite"
+
+
 def linear_form(model: nn.Module) -> bool:
     """Whether a model has linear-form oscillator layers (no builtin-op int8 graph; docs/maths.md#integer-linear-core)."""
     return any(isinstance(m, OscillatorAttention) and m.form == "linear" for m in model.modules())
