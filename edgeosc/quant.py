@@ -41,6 +41,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
                                 Uint8ActPerTensorFloat)
 
 from .config import QUANT_PRESETS, QuantConfig, to_dict
+from .integer.reference import LINEAR_P
 from .models.attention import (GATE_POINTS, LAYER_POINTS, LINEAR_GATE_POINTS, LINEAR_POINTS, QUANT_POINTS,
                                 SoftmaxAttention, unit)
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
@@ -210,6 +211,9 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
         attn = block.attn
         kind = "softmax" if isinstance(attn, SoftmaxAttention) else "oscillator"
         linear = kind == "oscillator" and attn.form == "linear"
+        if linear and (attn.d_osc != 2 or not LINEAR_P[0] <= attn.p <= LINEAR_P[1]):
+            raise ValueError(f"model.form 'linear' in int8 needs d_osc 2 and p in {LINEAR_P[0]}..{LINEAR_P[1]} (the "
+                             f"integer linear core), not d_osc {attn.d_osc}, p {attn.p}")
         anchor, gate = getattr(attn, "anchor", None), getattr(attn, "gate", None)
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
         names = ((LINEAR_POINTS if linear else QUANT_POINTS[kind])

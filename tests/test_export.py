@@ -1,3 +1,6 @@
+import platform
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -17,7 +20,12 @@ from edgeosc.models.attention import QUANT_POINTS
 # step away; most such flips vanish in later requantizations. Logits are int8 at the output scale, so a
 # deviation is a whole number of LSBs: we allow the odd 1-LSB flip (mean <= 0.05 LSB) and max 4 LSB, room
 # for a few flips on the same logit and for u8s8 int16 saturation on x86 CPUs without VNNI.
-MEAN_LSB, MAX_LSB = 0.05, 4
+# onnxruntime's folded int8 kernels against QAT, in output LSBs. On x86 without VNNI its u8 x s8 GEMM adds pairs
+# of products in int16 (vpmaddubsw), which saturates (ONNX Runtime's quantization docs); measured on an AVX2-only
+# AMD EPYC: mean 1.6-4.6, max 10-19 over the three kinds. With VNNI (or on ARM) the sums are exact.
+_FLAGS = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+SATURATING = platform.machine() in ("x86_64", "AMD64") and "vnni" not in _FLAGS
+MEAN_LSB, MAX_LSB = (8, 32) if SATURATING else (0.05, 4)
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +177,7 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
     got = runtime.load(out / "int8_custom.tflite", "tflite-runtime", custom_ops=[custom_op.register]).run(x.numpy())
     lsb = float(qat.output_quant.act_quant.scale().detach())
     assert np.abs(got - ref).max() <= 4 * lsb and (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.95
+    for bad in (dict(d_osc=3), dict(p=5)):  # the integer linear core's range, refused by name before any export
+        with pytest.raises(ValueError, match="needs d_osc 2 and p in 1..4"):
+            quantize_model(build_model(ModelConfig(n_classes=3, positive="taylor2", form="linear", **{"d_osc": 2, **bad})),
+                           QuantConfig())

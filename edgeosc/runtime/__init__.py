@@ -202,7 +202,10 @@ def load(path, interpreter: str | None = None, custom_ops=None, xnnpack: bool = 
         custom_ops = [custom_op.register]
     name = _resolve(interpreter, custom_ops)
     if custom_ops and name != "tflite-runtime":
-        raise InterpreterUnavailable(f"{path}: custom_ops are only supported with tflite-runtime, not {name}")
+        raise InterpreterUnavailable(f"{path}: " + (
+            f"the model uses custom op(s) {info['custom_ops']}, which only tflite-runtime runs (kernels registered "
+            f"from Python), not {name}" if info["custom_ops"] else
+            f"custom_ops are only supported with tflite-runtime, not {name}"))
     if info["custom_ops"] and not custom_ops:
         raise InterpreterUnavailable(f"{path}: model uses custom op(s) {info['custom_ops']}; "
                                      "pass custom_ops=[...] registerers (tflite-runtime only)")
