@@ -41,8 +41,7 @@ def _oscillator_layer(model: torch.nn.Module) -> OscillatorAttention | None:
     settings = {(m.p, m.eps, m.positive, m.d_osc, m.d_h, m.form, m.gate is not None) for m in layers}
     if len(settings) > 1:
         raise ValueError(f"oscillator layers differ in settings {sorted(settings)}; one function cannot serve them")
-    # the custom op's contract (export/oscillator_attention.md) is the direct form: a linear model gets no *_op.onnx
-    return layers[0] if layers and layers[0].form == "direct" else None
+    return layers[0] if layers else None
 
 
 def _float_onnx(net: torch.nn.Module, x: torch.Tensor, cfg: ExportConfig, custom: bool) -> onnx.ModelProto:

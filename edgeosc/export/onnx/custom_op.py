@@ -2,7 +2,8 @@
 
 The node carries a model-local ONNX function whose body is the core traced from attention.py (the maths
 once), so stock onnxruntime inlines and runs it, while a runtime with a native kernel replaces it by name.
-With the key gate the node and its function take a fifth input, g (the unit gates over the keys).
+With the key gate the node and its function take a fifth input, g (the unit gates over the keys). The attribute
+form ("direct" or "linear") names the core's form; a linear body holds its own points (q k v r z out).
 In a quantized model the body holds the core's QuantizeLinear/DequantizeLinear pairs; their scales are
 the node's attributes <point>_scale, so one function serves every layer.
 """
@@ -17,7 +18,7 @@ import torch
 from onnx import helper
 from torch import nn
 
-from ...models.attention import QUANT_POINTS, OscillatorAttention
+from ...models.attention import LINEAR_POINTS, QUANT_POINTS, OscillatorAttention
 
 DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 1
 INPUTS, GATE, OUTPUT = ("q", "k", "v", "r"), "g", "out"
@@ -34,7 +35,8 @@ def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | 
         return None
     params = {}
     gate = GATE_CORE_POINTS if layer.gate is not None else ()
-    for name in QUANT_POINTS["oscillator"] + gate:  # the core's points (not the layer's projections around it)
+    points = LINEAR_POINTS if layer.form == "linear" else QUANT_POINTS["oscillator"] + gate
+    for name in points:  # the core's points (not the layer's projections around it)
         aq = layer.quant.points[name].act_quant
         if int(aq.bit_width()) != 8 or float(aq.zero_point()) != 0.0:
             raise ValueError(f"the custom op takes 8-bit symmetric points; {name} has {aq.bit_width()} bits")
@@ -43,7 +45,7 @@ def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | 
 
 
 def attributes(layer: OscillatorAttention) -> dict:
-    attrs = dict(p=layer.p, eps=layer.eps, d_osc=layer.d_osc, positive=layer.positive)
+    attrs = dict(p=layer.p, eps=layer.eps, d_osc=layer.d_osc, positive=layer.positive, form=layer.form)
     for name, (scale, _) in (quant_params(layer) or {}).items():
         attrs[f"{name}_scale"] = scale
     return attrs
@@ -139,7 +141,7 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
         nodes += [scale, helper.make_node("Constant", [], [f"{y}_zp"], value=zp),
                   helper.make_node("QuantizeLinear", [x, f"{y}_scale", f"{y}_zp"], [f"{y}_int"]),
                   helper.make_node("DequantizeLinear", [f"{y}_int", f"{y}_scale", f"{y}_zp"], [y])]
-    names = ["p", "eps", "d_osc", "positive"] + [f"{n}_scale" for n in (params or {})]
+    names = ["p", "eps", "d_osc", "positive", "form"] + [f"{n}_scale" for n in (params or {})]
     return helper.make_function(DOMAIN, OP, list(input_names), [OUTPUT], nodes, list(opset_imports), names,
                                 doc_string="Fixed-query oscillator attention core (export/oscillator_attention.md)")
 
