@@ -492,7 +492,7 @@ UNGATED = 256  # a key's gate without the key gate: the readout's features stay 
 class LinearQuant:
     """Integer parameters of the linear oscillator core; build with linear_quant_from_scales."""
     p: int
-    c1: int  # round(2 / s): 2 taylor2(s X) / s^2 = 2 X^2 + 2 c1 X + c1^2 with X = Q.K, exactly when c1 = 2 / s
+    c1: int  # round(2 / s): 4 taylor2(s X) / s^2 = 2 X^2 + 2 c1 X + c1^2 with X = Q.K, exactly when c1 = 2 / s
     rq_out: Requant  # v's scale over out's: the readout is a weighted mean of the v_j
     zp: dict = field(default_factory=lambda: dict.fromkeys(S.LINEAR.zero_points, 0))  # q k v g out
     causal: bool = False
@@ -555,15 +555,10 @@ def readout_weights(p: int) -> list[int]:
     return [math.comb(2 * p, p - m) * (1 if m == 0 else 2) for m in range(p + 1)]
 
 
-def _pairs(d: int) -> tuple[np.ndarray, np.ndarray]:
-    a, b = np.triu_indices(d)  # a <= b, row-major: the order of the C loops
-    return a, b
-
-
 def linear_key_features(k, v, r, g, pq: LinearQuant) -> tuple[np.ndarray, np.ndarray]:
     """One key's contributions to the two states: [.., 1 + d_h + d_h(d_h+1)/2, 2] and [.., 2p + 1, d_v + 1]."""
     K, rr, V = _i64(k) - pq.zp["k"], _i64(r), _i64(v) - pq.zp["v"]
-    a, b = _pairs(K.shape[-1])
+    a, b = np.triu_indices(K.shape[-1])  # a <= b, row-major: the order of the C loops
     phi = np.concatenate([np.ones(K.shape[:-1] + (1,), np.int64), K, K[..., a] * K[..., b]], -1)
     G = np.full(K.shape[:-1], UNGATED, np.int64) if g is None else _i64(g) - pq.zp["g"]
     u = np.concatenate([(G << 7)[..., None], (G[..., None] * harmonics_q15(rr, pq.p) + 128) >> 8], -1)
@@ -584,7 +579,7 @@ def linear_state(q, k, v, r, g, pq: LinearQuant) -> tuple[np.ndarray, np.ndarray
 def linear_query(q, state_c, state_r, pq: LinearQuant, return_all: bool = False):
     """Each query against its state: z from the coupling, then the readout divided once per query."""
     Q = _i64(q) - pq.zp["q"]
-    a, b = _pairs(Q.shape[-1])
+    a, b = np.triu_indices(Q.shape[-1])
     alpha = np.concatenate([np.full(Q.shape[:-1] + (1,), pq.c1 * pq.c1, np.int64), 2 * pq.c1 * Q,
                             np.where(a == b, 2, 4) * Q[..., a] * Q[..., b]], -1)
     h = np.einsum("...f,...fe->...e", alpha, _i64(state_c))  # 2 x 2/s^2 sum_j taylor2(q.k_j) r_j, < 2^57
