@@ -433,7 +433,8 @@ class Lowering:
         pq = R.linear_quant_from_scales(dict(q=q.s, k=k.s, v=v.s, out=out.s), dh, int(o["p"]),
                                         dict(q=q.z, k=k.z, v=v.z, g=0 if g is None else g.z, out=out.z),
                                         bool(o.get("causal", False)))
-        params = Struct(S.LINEAR.struct, pq.fields(H, T, dh, dv))
+        fields = pq.fields(H, T, dh, dv)
+        params = Struct(S.LINEAR.struct, dict(fields, rq_out=dict(multiplier=pq.rq_out.multiplier, shift=pq.rq_out.shift)))
         words = 2 * (1 + dh + dh * (dh + 1) // 2) + (2 * pq.p + 1) * (dv + 1)  # EDGEOSC_LINEAR_STATE_WORDS
         args = [params, *(Ref(t.index) for t in (q, k, v, r)), None if g is None else Ref(g.index), Ref(out.index),
                 "state"]
