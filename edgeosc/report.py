@@ -59,8 +59,11 @@ def _estimate_lines(r: dict) -> list[str]:
     if not rows:
         return []
     by = {(x["core"], x["device"], x["kind"]): x for x in rows}
+    checked = {k: (r["models"][k]["estimate"] or {}).get("verified_against") for k in r["kinds"]}
+    against = "; ".join(f"{k}'s logits equal to {'TFLite Micro' if v == 'expected' else 'its ' + v}'s"
+                        for k, v in checked.items() if v)
     lines = ["", "## Cycles, latency and energy per inference (estimated)", "",
-             "The C firmware (`firmware_models/`, bit-exact with TFLite Micro) emulated instruction by instruction "
+             f"The C firmware (`firmware_models/`; {against}) emulated instruction by instruction "
              "on each core (unicorn), instructions priced with the core's published timing table "
              "(`edgeosc/bench/cycles.py`), at the device's clock and measured power (`edgeosc/bench/devices.py`: "
              "MLPerf Tiny and Raspberry Pi figures). Whole model / attention cores alone.", "",
