@@ -97,7 +97,7 @@ def test_sliding_window_state_is_exact():
     q, k, v, r, g = (x[0] for x in case(rng, 1, T, dh, dv, gated=True))
     pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP)
     c = ck.linear_params(pq, 1, T, dh, dv)
-    lib, words = ck.library(), 2 * (1 + dh + dh * (dh + 1) // 2) + 9 * (dv + 1)
+    lib, words = ck.library(), R.linear_state_words(dh, dv, 4)
     i32p = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))  # noqa: E731
     p8 = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))  # noqa: E731
     state = np.zeros(words, np.int32)

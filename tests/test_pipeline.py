@@ -45,8 +45,11 @@ def stage(run, name):
 def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, tmp_path, monkeypatch):
     cfg = load_config(None, FAST)
     text = (whole / "report" / "report.md").read_text()
-    for section in ("## Accuracy", "## Model files", "## Parity", "## Latency"):
+    for section in ("## Accuracy", "## Model files", "## Parity", "## Latency", "linear / softmax"):
         assert section in text
+    # the pipeline's oscillator is the linear core: its int8 file is the custom op's, checked in tflite-runtime
+    parity = json.loads((whole / "parity-oscillator" / "parity.json").read_text())
+    assert parity["int8_file"] == "int8_custom.tflite" and list(parity["int8_tflite_accuracy"]) == ["tflite-runtime"]
     whole_train = stage(whole, "train-oscillator")
 
     lines = []

@@ -74,6 +74,7 @@ def test_mirror_sizes_match_c():
         offs = ", ".join(f"(long)offsetof({c.struct}, {n})" for n in c.names)
         lines.append(f"long {c.struct}_layout(int i) {{ static const long o[] = {{(long)sizeof({c.struct}), {offs}}}; "
                      f"return o[i]; }}")
+    lines.append("long linear_state_words(int dh, int dv, int p) { return (long)EDGEOSC_LINEAR_STATE_WORDS(dh, dv, p); }")
     import tempfile
     from pathlib import Path
     with tempfile.TemporaryDirectory() as d:
@@ -86,6 +87,10 @@ def test_mirror_sizes_match_c():
         mirror = K.MIRRORS[c.struct]
         assert f(0) == ctypes.sizeof(mirror)
         assert [f(i + 1) for i in range(len(c.names))] == [getattr(mirror, n).offset for n in c.names]
+    words = lib.linear_state_words
+    words.restype, words.argtypes = ctypes.c_long, [ctypes.c_int] * 3
+    for shape in ((8, 8, 4), (5, 7, 1), (16, 3, 2)):  # the linear core's state, sized alike in C and Python
+        assert words(*shape) == R.linear_state_words(*shape)
 
 
 def test_names_elsewhere_follow_the_schema():

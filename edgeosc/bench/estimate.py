@@ -375,7 +375,7 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
         sm_fixed = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 0], bufs, want)
         sm_macs = heads * T * T * 2 * d_head
         want = R.linear_core_int8(x["lin"], x["q"], x["k"], x["v"], x["r2"], x["g"])
-        lin_words = 2 * (1 + d_head + d_head * (d_head + 1) // 2) + 9 * (d_head + 1)  # EDGEOSC_LINEAR_STATE_WORDS
+        lin_words = R.linear_state_words(d_head, d_head, 4)
         bufs = dict(f=x["lin_f"], q=x["q"], k=x["k"], v=x["v"], r=x["r2"], g=x["g"], out=np.zeros_like(x["v"]),
                     state=np.zeros(lin_words, np.int32))
         lin = run("edgeosc_bench_linear", ATTENTION[3], ["f", "q", "k", "v", "r", "g", "out", "state"], bufs, want)

@@ -132,7 +132,7 @@ def linear_core(p: R.LinearQuant, q, k, v, r, g=None) -> np.ndarray:
     gate = None if g is None else _int8(g, (H, T))
     c = linear_params(p, H, T, dh, dv)
     out = np.empty((H, T, dv), np.int8)
-    state = np.empty(2 * (1 + dh + dh * (dh + 1) // 2) + (2 * p.p + 1) * (dv + 1), np.int32)  # EDGEOSC_LINEAR_STATE_WORDS
+    state = np.empty(R.linear_state_words(dh, dv, p.p), np.int32)
     if library().edgeosc_linear_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, r)),
                                           None if gate is None else _ptr(gate), _ptr(out),
                                           state.ctypes.data_as(ctypes.POINTER(_i32))):

@@ -504,6 +504,11 @@ class LinearQuant:
                                      c1=self.c1, rq_out=self.rq_out))
 
 
+def linear_state_words(d_head: int, d_value: int, p: int) -> int:
+    """int32 words of one head's state (EDGEOSC_LINEAR_STATE_WORDS): 2 per coupling feature, d_v + 1 per readout one."""
+    return 2 * (1 + d_head + d_head * (d_head + 1) // 2) + (2 * p + 1) * (d_value + 1)
+
+
 def linear_quant_from_scales(scales: dict, d_head: int, p: int, zp: dict | None = None,
                              causal: bool = False) -> LinearQuant:
     """From the float32 scales of q, k, v, out (r and z are unit vectors at 1/128); refuses what the kernel's

@@ -435,10 +435,9 @@ class Lowering:
                                         bool(o.get("causal", False)))
         fields = pq.fields(H, T, dh, dv)
         params = Struct(S.LINEAR.struct, dict(fields, rq_out=dict(multiplier=pq.rq_out.multiplier, shift=pq.rq_out.shift)))
-        words = 2 * (1 + dh + dh * (dh + 1) // 2) + (2 * pq.p + 1) * (dv + 1)  # EDGEOSC_LINEAR_STATE_WORDS
         args = [params, *(Ref(t.index) for t in (q, k, v, r)), None if g is None else Ref(g.index), Ref(out.index),
                 "state"]
-        return self.emit("edgeosc_linear_core_int8", args, [op], out.name, scratch=4 * words)
+        return self.emit("edgeosc_linear_core_int8", args, [op], out.name, scratch=4 * R.linear_state_words(dh, dv, pq.p))
 
     def softmax_core(self, op: Op):
         """qk = BMM(q, k^T), a = SOFTMAX(qk), out = BMM(a, v)."""
