@@ -66,7 +66,7 @@ def export_all(cfg, kind: str, qat_dir: Path, folder: Path) -> dict:
 
 
 def parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
-    """Exports against the QAT model on held-out clips; int8.tflite accuracy in every interpreter."""
+    """Exports against the QAT model on held-out clips; the int8 file's accuracy in every interpreter that runs it."""
     import torch
     from .export.parity import custom_parity, float_parity, int8_parity
     from .export.tflite import int8_file
@@ -112,7 +112,7 @@ def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
                          targets=cfg.bench.targets, work_dir=folder / "build", tflite=tflite,
                          expected=micro.run_raw(x) if micro else None)
     write_json(folder / "estimate.json", res)
-    return dict(targets=list(res["targets"]), verified_against=res["verified_against"])
+    return dict(targets=list(res["targets"]), verified_against="tflite-micro" if micro else res["verified_against"])
 
 
 def scaling(cfg, folder: Path) -> dict:
