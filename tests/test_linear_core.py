@@ -146,9 +146,11 @@ def test_out_of_range_settings_are_refused(change, message):
 def test_c_refuses_what_it_cannot_compute():
     rng = np.random.default_rng(0)
     pq = R.linear_quant_from_scales(SCALES, 4, 4, ZP)
-    pq.p = 5
-    with pytest.raises(ValueError, match="rejected"):
-        ck.linear_core(pq, *case(rng, 1, 4, 4, 4, gated=False))
+    x = case(rng, 1, 4, 4, 4, gated=False)
+    for field, bad in (("p", 5), ("c1", 15), ("c1", 1 << 20)):
+        wrong = R.LinearQuant(**{**vars(pq), field: bad})
+        with pytest.raises(ValueError, match="rejected"):
+            ck.linear_core(wrong, *x)
 
 
 def linear_op_model(shapes, scales, zp, p, gated, lead=()) -> bytes:

@@ -314,7 +314,7 @@ int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, cons
   int hd, i, j;
   size_t n;
   if (T <= 0 || dh <= 0 || dv <= 0 || p->heads <= 0 || p->p < 1 || p->p > 4 || p->rq_out.shift < -10 ||
-      p->rq_out.shift > 20)
+      p->rq_out.shift > 20 || p->c1 < 16 || p->c1 >= (1 << 20)) /* the int64 bounds' ranges */
     return -1;
   for (hd = 0; hd < p->heads; ++hd) {
     const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh;

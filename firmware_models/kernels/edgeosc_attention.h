@@ -158,7 +158,8 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const i
 void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out);
 
 /** The whole core over [H, T, *] tensors (r [H, T, 2], g [H, T] or NULL); state: EDGEOSC_LINEAR_STATE_WORDS
- * int32. Returns 0, or -1 on invalid parameters (p outside 1..4, rq_out's shift outside -10..20). */
+ * int32. Returns 0, or -1 on invalid parameters (p outside 1..4, rq_out's shift outside -10..20, c1 outside
+ * [16, 2^20)). */
 int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
                              const int8_t *r, const int8_t *g, int8_t *out, int32_t *state);
 
