@@ -90,6 +90,16 @@ class FeatureConfig:
         return self.n_mfcc or self.n_mels
 
 
+# The oscillator's own settings, and their values for the other attention kinds: a [model] table shared by several
+# kinds (the pipeline) or defaults made for the oscillator (pipeline.PipelineConfig) apply them to the oscillator only.
+OSCILLATOR_ONLY = dict(key_gate=False, form="direct")
+
+
+def model_of_kind(model: "ModelConfig", kind: str) -> "ModelConfig":
+    """The model settings for one attention kind, the oscillator's own settings off for the others."""
+    return dataclasses.replace(model, attention=kind, **({} if kind == "oscillator" else OSCILLATOR_ONLY))
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A keyword-spotting network; `size` names a preset in models/kws.py (dims below override)."""

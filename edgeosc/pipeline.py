@@ -17,7 +17,6 @@ A TOML config holds every option, one table per config dataclass (config.py):
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import shutil
@@ -28,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .config import (QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig, ExportConfig, FeatureConfig, ModelConfig,
-                     QuantConfig, TrainConfig, from_dict, to_dict)
+from .config import (OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig, ExportConfig, FeatureConfig,
+                     ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind, to_dict)
 from .io import write_json
 
 KINDS = ("oscillator", "softmax")
@@ -42,8 +41,8 @@ class PipelineConfig:
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
     # the oscillator shipped: the linear core at d_osc 2 with the key gate (docs/results.md#the-linear-core): its
-    # cost per token is fixed, 0.3x softmax's core at 49 tokens on a Cortex-M4; ModelConfig's own default stays the
-    # direct d_osc-8 model of the earlier reports
+    # cost per token is fixed, 0.3x softmax's core at 49 tokens on a Cortex-M4. `edgeosc train` reads these defaults
+    # too; ModelConfig()'s own stay the direct d_osc-8 model of the earlier reports. Other kinds: config.OSCILLATOR_ONLY
     model: ModelConfig = field(default_factory=lambda: ModelConfig(d_osc=2, positive="taylor2", key_gate=True,
                                                                    form="linear"))
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -78,6 +77,9 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     base = to_dict(PipelineConfig())
     qat = spec.get("qat", {})
     spec["qat"] = {**{k: base["qat"][k] for k in ("epochs", "lr")}, **qat}  # QAT's own defaults
+    model = spec.get("model", {})
+    if model.get("attention", "oscillator") != "oscillator":  # another kind: the oscillator's defaults do not apply
+        spec["model"] = {**OSCILLATOR_ONLY, **model}
     if spec.get("data", {}).get("data_dir"):
         spec["data"]["data_dir"] = str(Path(spec["data"]["data_dir"]).expanduser().resolve())
     try:
@@ -134,8 +136,7 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
     data = yield Stage("data", dict(data=to_dict(cfg.data)), lambda f: impl.data(cfg, f, cache_dir, progress))
     keys = {}
     for kind in cfg.kinds:
-        own = dict(key_gate=False, form="direct") if kind != "oscillator" else {}  # the oscillator's settings alone
-        model = dataclasses.replace(cfg.model, attention=kind, **own)
+        model = model_of_kind(cfg.model, kind)
         common = dict(data=data["key"], model=to_dict(model), features=to_dict(cfg.features))
         trained = yield Stage(f"train-{kind}", dict(common, train=to_dict(cfg.train)),
                               lambda f, m=model: impl.train_float(cfg, m, run_dir, f, cache_dir, progress))

@@ -51,6 +51,17 @@ def print_config(*args):
     return tomllib.loads(res.output)
 
 
+def test_train_defaults_are_the_pipelines_per_kind():
+    """The oscillator trains the shipped linear core; other kinds drop its own settings unless given."""
+    osc = print_config()["model"]
+    assert (osc["form"], osc["d_osc"], osc["key_gate"], osc["positive"]) == ("linear", 2, True, "taylor2")
+    for kind in ("softmax", "kuramoto"):
+        model = print_config("--attention", kind)["model"]
+        assert (model["form"], model["key_gate"]) == ("direct", False), kind
+    assert_one_line_error(invoke("train", "--attention", "softmax", "--key-gate", "--print-config"),
+                          "key_gate is an oscillator setting")
+
+
 def test_every_config_field_reaches_train(tmp_path):
     import dataclasses
     from edgeosc.config import AugmentConfig, DataConfig, QuantConfig

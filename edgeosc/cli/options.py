@@ -100,21 +100,22 @@ def _default(f: dataclasses.Field):
 
 
 def find_field(key: str) -> Field:
-    """The field a dotted key names ("train.augment.noise_prob"); ValueError naming what exists."""
-    cls, parts = PipelineConfig, key.split(".")
+    """The field a dotted key names ("train.augment.noise_prob"), its default PipelineConfig()'s value (the pipeline's
+    defaults, which may differ from a section class's own); ValueError naming what exists."""
+    cls, parts, inst = PipelineConfig, key.split("."), PipelineConfig()
     for i, part in enumerate(parts):
         fields = {f.name: f for f in dataclasses.fields(cls)}
         where = ".".join(parts[:i]) or "the top level"
         if part not in fields:
             raise ValueError(f"{key}: no field {part!r} in {where} (it has {', '.join(fields)})")
-        default = _default(fields[part])
+        default = getattr(inst, part)
         if i == len(parts) - 1:
             if dataclasses.is_dataclass(default):
                 raise ValueError(f"{key} is a table: set its fields ({', '.join(f.name for f in dataclasses.fields(default))})")
             return Field(key, cls, part, typing.get_type_hints(cls)[part], default)
         if not dataclasses.is_dataclass(default):
             raise ValueError(f"{key}: {'.'.join(parts[:i + 1])} is a value, not a table")
-        cls = type(default)
+        cls, inst = type(default), default
     raise ValueError(f"{key!r}: expected SECTION.FIELD")
 
 
@@ -243,8 +244,9 @@ def config_options(allowed: tuple[str, ...], flags: list[tuple[str, str, str | N
         dest = "cfg__" + key.replace(".", "__")
         help_ = (text or field.comment[:1].upper() + field.comment[1:]).rstrip(".") + f". [{key}]"
         kw = dict(help=help_, show_default=not (field.default is None or field.default is False or field.default == ()))
-        if field.base is bool:
-            kw.update(is_flag=True, default=False)
+        if field.base is bool:  # --x / --no-x: either way from the default
+            flag = f"{flag}/--no-{flag[2:]}"
+            kw.update(is_flag=True, default=field.default, show_default=False)
         elif field.is_tuple and field.base is str:
             kw.update(default=",".join(field.default), metavar="A,B,...", show_default=bool(field.default))
             kw["help"] = kw["help"].replace(f". [{key}]", f" (comma-separated). [{key}]")
@@ -268,7 +270,9 @@ def config_options(allowed: tuple[str, ...], flags: list[tuple[str, str, str | N
             for dest, flag, key, _ in made:
                 value = kw.pop(dest)
                 if ctx.get_parameter_source(dest) is not ParameterSource.DEFAULT and not isinstance(key, dict):
-                    settings.add(key, value, f"{flag} {value}" if value is not True else flag, hint=flag)
+                    on, _, off = flag.partition("/")
+                    given = on if value is True else off if value is False else f"{flag} {value}"
+                    settings.add(key, value, given, hint=on)
             for item in kw.pop("settings"):
                 key, value = parse_setting(item)
                 settings.add(key, value, f"--set {item}")
