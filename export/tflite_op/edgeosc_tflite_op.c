@@ -454,29 +454,37 @@ static int dims3(const TfLiteTensor *t, int32_t *heads, int32_t *tokens) {
     return kTfLiteError;                          \
   } while (0)
 
+/* What both forms check: every input present, q k v r and out int8 [.., H, T, d] agreeing on H and T, k like q,
+ * out like v, the heads option dividing H. Fills in[], *out, and H, T, dim of q k v r out (indices 0-4). */
+static TfLiteStatus check_io(TfLiteContext *context, TfLiteNode *node, const OpData *d, TfLiteTensor **in,
+                             TfLiteTensor **out, int32_t *H, int32_t *T, int32_t *dim) {
+  int i;
+  for (i = 0; i < node->inputs->size; ++i)
+    if (!(in[i] = tensor(context, node->inputs, i))) FAIL("EdgeOscAttention: missing input");
+  if (!(*out = tensor(context, node->outputs, 0))) FAIL("EdgeOscAttention: missing output");
+  for (i = 0; i < 4; ++i)
+    if ((dim[i] = dims3(in[i], &H[i], &T[i])) <= 0) FAIL("EdgeOscAttention: inputs must be int8 [.., H, T, d]");
+  if ((dim[4] = dims3(*out, &H[4], &T[4])) <= 0) FAIL("EdgeOscAttention: output must be int8 [.., H, T, dv]");
+  for (i = 1; i < 5; ++i)
+    if (H[i] != H[0] || T[i] != T[0]) FAIL("EdgeOscAttention: q, k, v, r, out disagree on heads or tokens");
+  if (dim[1] != dim[0] || dim[4] != dim[2]) FAIL("EdgeOscAttention: k must match q, out must match v");
+  if (d->heads && H[0] % d->heads) FAIL("EdgeOscAttention: heads option disagrees with the tensors");
+  return kTfLiteOk;
+}
+
 /* The linear core: q, k, v, r (+ g), constants from the tensors' scales (reference.linear_quant_from_scales). */
 static TfLiteStatus prepare_linear(TfLiteContext *context, TfLiteNode *node, OpData *d) {
   TfLiteTensor *in[5], *out;
   int32_t H[6], T[6], dim[6];
   EdgeoscLinearParams *p = &d->lin;
   double s, c1;
-  int i;
   const int gated = node->inputs->size == 5;
   if ((node->inputs->size != 4 && !gated) || node->outputs->size != 1)
     FAIL("EdgeOscAttention (linear): needs inputs q, k, v, r (+ gates g) and one output");
-  for (i = 0; i < node->inputs->size; ++i)
-    if (!(in[i] = tensor(context, node->inputs, i))) FAIL("EdgeOscAttention: missing input");
-  if (!(out = tensor(context, node->outputs, 0))) FAIL("EdgeOscAttention: missing output");
-  for (i = 0; i < 4; ++i)
-    if ((dim[i] = dims3(in[i], &H[i], &T[i])) <= 0) FAIL("EdgeOscAttention: inputs must be int8 [.., H, T, d]");
-  if ((dim[4] = dims3(out, &H[4], &T[4])) <= 0) FAIL("EdgeOscAttention: output must be int8 [.., H, T, dv]");
-  for (i = 1; i < 5; ++i)
-    if (H[i] != H[0] || T[i] != T[0]) FAIL("EdgeOscAttention: q, k, v, r, out disagree on heads or tokens");
-  if (dim[1] != dim[0] || dim[4] != dim[2] || dim[3] != 2)
-    FAIL("EdgeOscAttention (linear): k must match q, out must match v, r must be [.., 2] (d_osc 2)");
+  if (check_io(context, node, d, in, &out, H, T, dim) != kTfLiteOk) return kTfLiteError;
+  if (dim[3] != 2) FAIL("EdgeOscAttention (linear): r must be [.., 2] (d_osc 2)");
   if (in[3]->params.scale != 1.0f / 128 || in[3]->params.zero_point != 0)
     FAIL("EdgeOscAttention (linear): r must be unit vectors at scale 1/128, zero point 0");
-  if (d->heads && H[0] % d->heads) FAIL("EdgeOscAttention: heads option disagrees with the tensors");
   if (gated && (dims3(in[4], &H[5], &T[5]) != T[0] || H[5] != H[0] || T[5] != 1))
     FAIL("EdgeOscAttention (linear): the gates g must be int8 [.., H, 1, T]");
   p->heads = H[0];
@@ -516,17 +524,8 @@ static TfLiteStatus op_prepare(TfLiteContext *context, TfLiteNode *node) {
          "and one output");
   if (!n_tables && !d->has_tables)
     FAIL("EdgeOscAttention: no tables (give table_w/table_c/table_inv as inputs or options)");
-  for (i = 0; i < node->inputs->size; ++i)
-    if (!(in[i] = tensor(context, node->inputs, i))) FAIL("EdgeOscAttention: missing input");
-  if (!(out = tensor(context, node->outputs, 0))) FAIL("EdgeOscAttention: missing output");
-  for (i = 0; i < 4; ++i)
-    if ((dim[i] = dims3(in[i], &H[i], &T[i])) <= 0) FAIL("EdgeOscAttention: inputs must be int8 [.., H, T, d]");
-  if ((dim[4] = dims3(out, &H[4], &T[4])) <= 0) FAIL("EdgeOscAttention: output must be int8 [.., H, T, dv]");
-  for (i = 1; i < 5; ++i)
-    if (H[i] != H[0] || T[i] != T[0]) FAIL("EdgeOscAttention: q, k, v, r, out disagree on heads or tokens");
-  if (dim[1] != dim[0] || dim[4] != dim[2]) FAIL("EdgeOscAttention: k must match q, out must match v");
-  if ((d->d_osc && d->d_osc != dim[3]) || (d->heads && H[0] % d->heads))
-    FAIL("EdgeOscAttention: d_osc or heads option disagrees with the tensors");
+  if (check_io(context, node, d, in, &out, H, T, dim) != kTfLiteOk) return kTfLiteError;
+  if (d->d_osc && d->d_osc != dim[3]) FAIL("EdgeOscAttention: d_osc option disagrees with the tensors");
   for (i = 4; i < 4 + n_tables; ++i) {
     if (in[i]->type != kTfLiteInt8 || in[i]->bytes != 256 || !in[i]->data.raw)
       FAIL("EdgeOscAttention: tables must be constant int8 [256]");
