@@ -16,6 +16,19 @@ from edgeosc.data.clipset import ClipSet
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 
+def run_custom(model: bytes, xs):
+    """A .tflite (bytes) with the EdgeOscAttention op, in tflite-runtime with its kernel registered: the first output."""
+    tfl = pytest.importorskip("tflite_runtime.interpreter")
+    from edgeosc.runtime import custom_op
+
+    it = tfl.InterpreterWithCustomOps(model_content=model, custom_op_registerers=[custom_op.register])
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), xs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
 def tone_clipset(n_per_class: int = 12, classes: int = 3, seed: int = 0) -> ClipSet:
     """A tiny learnable set: class c is a 0.4 s tone burst at 400 (c + 1) Hz in noise; speakers split by index."""
     rng = np.random.default_rng(seed)

@@ -11,6 +11,8 @@ import pytest
 from edgeosc.cbuild import compiler
 from edgeosc.integer import reference as R
 
+from conftest import run_custom
+
 from edgeosc.integer import ckernels as ck  # noqa: E402
 try:
     compiler()
@@ -308,18 +310,6 @@ def custom_op_model(sc, shapes, tabs, as_inputs, lead=(), **extra) -> bytes:
     b.custom(tflite_op.OP_NAME, xs + tins, [out], opts)
     b.mark_output(out)
     return b.to_bytes()
-
-
-def run_custom(model, xs):
-    tfl = pytest.importorskip("tflite_runtime.interpreter")
-    from edgeosc.runtime import custom_op as tflite_op
-
-    it = tfl.InterpreterWithCustomOps(model_content=model, custom_op_registerers=[tflite_op.register])
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), xs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return it.get_tensor(it.get_output_details()[0]["index"])
 
 
 @pytest.mark.parametrize("as_inputs", [False, True])

@@ -13,6 +13,8 @@ from edgeosc.cbuild import compiler
 from edgeosc.integer import reference as R
 from edgeosc.models.attention import oscillator_attention_linear
 
+from conftest import run_custom
+
 try:
     compiler()
 except RuntimeError:
@@ -170,18 +172,6 @@ def linear_op_model(shapes, scales, zp, p, gated, lead=()) -> bytes:
     return b.to_bytes()
 
 
-def run_op(model: bytes, xs):
-    tfl = pytest.importorskip("tflite_runtime.interpreter")
-    from edgeosc.runtime import custom_op
-
-    it = tfl.InterpreterWithCustomOps(model_content=model, custom_op_registerers=[custom_op.register])
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), xs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return it.get_tensor(it.get_output_details()[0]["index"])
-
-
 @pytest.mark.parametrize("gated", [False, True])
 def test_custom_op_equals_reference(gated):
     """The TFLite kernel derives c1 and the output multiplier from the tensors' float32 scales as the reference does."""
@@ -191,9 +181,9 @@ def test_custom_op_equals_reference(gated):
         pq = R.linear_quant_from_scales(SCALES, shapes[2], p, ZP)
         want = R.linear_core_int8(pq, q, k, v, r, g)
         xs = [q, k, v, r] + ([g[:, None, :]] if gated else [])
-        np.testing.assert_array_equal(run_op(linear_op_model(shapes, SCALES, ZP, p, gated), xs), want)
+        np.testing.assert_array_equal(run_custom(linear_op_model(shapes, SCALES, ZP, p, gated), xs), want)
         lead = [x[None] for x in xs]  # a leading batch axis flattens into the heads
-        np.testing.assert_array_equal(run_op(linear_op_model(shapes, SCALES, ZP, p, gated, (1,)), lead)[0], want)
+        np.testing.assert_array_equal(run_custom(linear_op_model(shapes, SCALES, ZP, p, gated, (1,)), lead)[0], want)
 
 
 def test_custom_op_refuses_bad_linear_settings():
@@ -205,7 +195,7 @@ def test_custom_op_refuses_bad_linear_settings():
     xs = list(case(rng, 1, 4, 4, 4, gated=False)[:4])
     bad_r = linear_op_model((1, 4, 4, 4), dict(SCALES, r=1 / 64), ZP, 2, False)
     with pytest.raises(RuntimeError, match="r must be unit vectors"):
-        run_op(bad_r, xs)
+        run_custom(bad_r, xs)
 
 
 @pytest.mark.parametrize("gated", [False, True])
