@@ -9,27 +9,6 @@ static int32_t wadd(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint
 static int32_t wsub(int32_t a, int32_t b) { return (int32_t)((uint32_t)a - (uint32_t)b); }
 static int32_t wshl(int32_t a, int s) { return (int32_t)((uint32_t)a << s); }
 
-int32_t edgeosc_srdhm(int32_t a, int32_t b) {
-  if (a == b && a == I32_MIN) return I32_MAX;
-  {
-    const int64_t ab = (int64_t)a * (int64_t)b;
-    const int64_t nudge = ab >= 0 ? (int64_t)1 << 30 : 1 - ((int64_t)1 << 30);
-    return (int32_t)((ab + nudge) / ((int64_t)1 << 31)); /* C99 division truncates, as gemmlowp's */
-  }
-}
-
-int32_t edgeosc_rdbpot(int32_t x, int exponent) {
-  const int32_t mask = (int32_t)(((int64_t)1 << exponent) - 1);
-  const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
-  return (x >> exponent) + ((x & mask) > threshold ? 1 : 0);
-}
-
-int32_t edgeosc_mbqm(int32_t x, int32_t multiplier, int shift) {
-  const int left = shift > 0 ? shift : 0;
-  const int right = shift > 0 ? 0 : -shift;
-  return edgeosc_rdbpot(edgeosc_srdhm(wshl(x, left), multiplier), right);
-}
-
 int32_t edgeosc_mbqm_mode(int32_t x, int32_t multiplier, int shift, int rounding) {
   if (rounding == EDGEOSC_ROUND_SINGLE) {
     const int total = shift < 31 ? 31 - shift : 1; /* TFLite caps single-rounding shifts at 30 */

@@ -30,14 +30,30 @@ typedef struct {
   int32_t shift;
 } EdgeoscRequant;
 
-/** round(a * b / 2^31), ties away from zero, saturating INT32_MIN * INT32_MIN (ARM VQRDMULH). */
-int32_t edgeosc_srdhm(int32_t a, int32_t b);
+/* The three below are inline: every kernel requantizes each output through them.
+ *
+ * round(a * b / 2^31), ties away from zero, saturating INT32_MIN * INT32_MIN (ARM VQRDMULH). gemmlowp
+ * computes (ab + nudge) / 2^31 truncated, nudge = 2^30 for ab >= 0 and 1 - 2^30 otherwise; for ab < 0 the
+ * sum is negative, where truncation is floor((sum + 2^31 - 1) / 2^31), so both cases are
+ * floor((ab + 2^30) / 2^31): one multiply-accumulate and a shift. */
+static inline int32_t edgeosc_srdhm(int32_t a, int32_t b) {
+  if (a == b && a == (int32_t)0x80000000) return 0x7FFFFFFF;
+  return (int32_t)(((int64_t)a * b + ((int64_t)1 << 30)) >> 31);
+}
 
-/** Arithmetic shift right by exponent (0..31), ties away from zero. */
-int32_t edgeosc_rdbpot(int32_t x, int exponent);
+/* Arithmetic shift right by exponent (0..31), ties away from zero. */
+static inline int32_t edgeosc_rdbpot(int32_t x, int exponent) {
+  const int32_t mask = (int32_t)((1u << exponent) - 1u);
+  const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+  return (x >> exponent) + ((x & mask) > threshold ? 1 : 0);
+}
 
-/** TFLite's MultiplyByQuantizedMultiplier (double rounding, ties away). */
-int32_t edgeosc_mbqm(int32_t x, int32_t multiplier, int shift);
+/* TFLite's MultiplyByQuantizedMultiplier (double rounding, ties away). */
+static inline int32_t edgeosc_mbqm(int32_t x, int32_t multiplier, int shift) {
+  const int left = shift > 0 ? shift : 0;
+  const int right = shift > 0 ? 0 : -shift;
+  return edgeosc_rdbpot(edgeosc_srdhm((int32_t)((uint32_t)x << left), multiplier), right);
+}
 
 /** MultiplyByQuantizedMultiplier with the given EdgeoscRounding. */
 int32_t edgeosc_mbqm_mode(int32_t x, int32_t multiplier, int shift, int rounding);

@@ -1,9 +1,10 @@
-/* Int8 builtin ops (see edgeosc_ops.h). Loops follow TFLite's reference kernels; only the integer
- * results matter, and int32 accumulation is exact here (no overflow at these sizes), so the loop order
- * is free. */
+/* Int8 builtin ops (see edgeosc_ops.h). The portable loops follow TFLite's reference kernels; only the
+ * integer results matter, and int32 accumulation is exact here (no overflow at these sizes), so the loop
+ * order is free. CONV_2D and FULLY_CONNECTED have a DSP path (edgeosc_simd.h) with the same integers. */
 #include "edgeosc_ops.h"
 
 #include "edgeosc_attention.h"
+#include "edgeosc_simd.h"
 
 static int32_t clamp(int32_t y, int32_t lo, int32_t hi) { return y < lo ? lo : y > hi ? hi : y; }
 
@@ -12,8 +13,149 @@ static int32_t channel_mbqm(const EdgeoscChannelRequant *rq, int32_t c, int32_t 
   return edgeosc_mbqm(acc, rq->multiplier[i], rq->shift[i]);
 }
 
-void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
+static int8_t channel_out(const EdgeoscChannelRequant *rq, int32_t c, int32_t acc, int32_t zp_out, int32_t lo,
+                          int32_t hi) {
+  return (int8_t)clamp(channel_mbqm(rq, c, acc) + zp_out, lo, hi);
+}
+
+#if EDGEOSC_DSP
+/* The DSP path as one matrix product: rows of int8 inputs (minus zp_in) times rows of int8 weights in
+ * their TFLite layout, two rows by two weight rows at a time. Each input row is widened once into int16
+ * pairs in the lanes SXTB16 gives a weight word, (x0, x2) and (x1, x3), so a weight word takes one load,
+ * two SXTB16 and feeds four SMLAD (two per input row). No repacking of the weights is needed. */
+/* Rows a and b (depth int8 values, minus zp) widened and interleaved for dot_2x2: per 4 values a's two
+ * pairs then b's, then the last depth % 4 values as int32s, a's and b's alternating. */
+static void widen_rows(const int8_t *a, const int8_t *b, int32_t depth, int32_t zp, int32_t *out) {
+  const int32_t zp2 = edgeosc_pair(-zp);
+  int32_t i;
+  for (i = 0; i + 4 <= depth; i += 4, out += 4) {
+    edgeosc_widen4(edgeosc_read4(a + i), zp2, out, out + 1);
+    edgeosc_widen4(edgeosc_read4(b + i), zp2, out + 2, out + 3);
+  }
+  for (; i < depth; ++i, out += 2) out[0] = a[i] - zp, out[1] = b[i] - zp;
+}
+
+/* acc[2 r + u] += (row r of x) . (weight row u) for widened rows x (widen_rows) and the weight rows at w
+ * and w + w_step. */
+static void dot_2x2(const int32_t *x, const int8_t *w, int32_t w_step, int32_t depth, int32_t acc[4]) {
+  int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
+  int32_t n;
+  for (n = depth >> 2; n > 0; --n, w += 4, x += 4) {
+    const int32_t xa0 = x[0], xa1 = x[1], xb0 = x[2], xb1 = x[3];
+    int32_t word = edgeosc_read4(w), even = __sxtb16(word), odd = edgeosc_sxtb16_ror8(word);
+    a00 = __smlad(xa1, odd, __smlad(xa0, even, a00));
+    a10 = __smlad(xb1, odd, __smlad(xb0, even, a10));
+    word = edgeosc_read4(w + w_step);
+    even = __sxtb16(word);
+    odd = edgeosc_sxtb16_ror8(word);
+    a01 = __smlad(xa1, odd, __smlad(xa0, even, a01));
+    a11 = __smlad(xb1, odd, __smlad(xb0, even, a11));
+  }
+  for (depth &= 3; depth > 0; --depth, ++w, x += 2) {
+    a00 += x[0] * w[0];
+    a01 += x[0] * w[w_step];
+    a10 += x[1] * w[0];
+    a11 += x[1] * w[w_step];
+  }
+  acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
+}
+
+/* A channel's requantization with its shifts split once: out = clamp(rdbpot(srdhm(acc << left, m), right) + zp). */
+typedef struct {
+  int32_t multiplier, left, right, zp_out, lo, hi;
+} ChannelOut;
+
+static void channel_out_init(ChannelOut *c, const EdgeoscChannelRequant *rq, int32_t ch, int32_t zp_out,
+                             int32_t lo, int32_t hi) {
+  const int32_t i = rq->per_channel ? ch : 0, shift = rq->shift[i];
+  c->multiplier = rq->multiplier[i], c->left = shift > 0 ? shift : 0, c->right = shift > 0 ? 0 : -shift;
+  c->zp_out = zp_out, c->lo = lo, c->hi = hi;
+}
+
+static inline int8_t channel_out_fast(const ChannelOut *c, int32_t acc) {
+  const int32_t y = edgeosc_rdbpot(edgeosc_srdhm((int32_t)((uint32_t)acc << c->left), c->multiplier), c->right);
+  return (int8_t)clamp(y + c->zp_out, c->lo, c->hi);
+}
+
+/* out[r, u] = requant(bias[u] + (x_r - zp) . w_u) for the two widened rows in x (the same row twice when
+ * r1 == 0): FULLY_CONNECTED / CONV_2D output rows r0 and r1. */
+static void rows_times_weights(const int32_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
+                               int32_t units, const EdgeoscChannelRequant *rq, int32_t zp_out, int32_t lo,
+                               int32_t hi, int8_t *r0, int8_t *r1) {
+  ChannelOut cu, cv;
+  int32_t u;
+  for (u = 0; u < units; u += 2) {
+    const int32_t pair = u + 1 < units, v = pair ? u + 1 : u;
+    int32_t acc[4];
+    acc[0] = acc[2] = bias ? bias[u] : 0;
+    acc[1] = acc[3] = bias ? bias[v] : 0;
+    dot_2x2(x, weights + u * depth, pair ? depth : 0, depth, acc);
+    if (u == 0 || rq->per_channel) {
+      channel_out_init(&cu, rq, u, zp_out, lo, hi);
+      channel_out_init(&cv, rq, v, zp_out, lo, hi);
+    }
+    r0[u] = channel_out_fast(&cu, acc[0]);
+    if (pair) r0[v] = channel_out_fast(&cv, acc[1]);
+    if (r1) {
+      r1[u] = channel_out_fast(&cu, acc[2]);
+      if (pair) r1[v] = channel_out_fast(&cv, acc[3]);
+    }
+  }
+}
+
+static void fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
+  const int32_t D = p->depth, U = p->units;
+  int32_t r;
+  for (r = 0; r < p->rows; r += 2) {
+    const int32_t two = r + 1 < p->rows;
+    widen_rows(in + r * D, in + (r + two) * D, D, p->zp_in, wide);
+    rows_times_weights(wide, p->weights, p->bias, D, U, &p->rq, p->zp_out, p->act_min, p->act_max, out + r * U,
+                       two ? out + (r + 1) * U : 0);
+  }
+}
+
+/* The receptive field of output pixel o (flat index) as one row of k_h k_w in_c values in the weights'
+ * OHWI order, taps outside the image at zp_in (they then add nothing, as TFLite's skipped taps). */
+static void conv_patch(const EdgeoscConvParams *p, const int8_t *in, int32_t o, int8_t *patch) {
+  const int32_t oy = o / p->out_w, ox = o % p->out_w;
+  int32_t ky, kx, ic, n = 0;
+  for (ky = 0; ky < p->k_h; ++ky) {
+    const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
+    for (kx = 0; kx < p->k_w; ++kx) {
+      const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
+      const int8_t *x = in + (iy * p->in_w + ix) * p->in_c;
+      if (iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w)
+        for (ic = 0; ic < p->in_c; ++ic) patch[n++] = x[ic];
+      else
+        for (ic = 0; ic < p->in_c; ++ic) patch[n++] = (int8_t)p->zp_in;
+    }
+  }
+}
+
+static void conv_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
+  const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c, pixels = p->out_h * p->out_w;
+  int8_t *const patch = (int8_t *)(wide + EDGEOSC_FC_SCRATCH_WORDS(K)); /* two fields of K bytes */
+  int32_t o;
+  for (o = 0; o < pixels; o += 2) {
+    const int32_t two = o + 1 < pixels;
+    conv_patch(p, in, o, patch);
+    conv_patch(p, in, o + two, patch + K);
+    widen_rows(patch, patch + K, K, p->zp_in, wide);
+    rows_times_weights(wide, p->weights, p->bias, K, C, &p->rq, p->zp_out, p->act_min, p->act_max, out + o * C,
+                       two ? out + (o + 1) * C : 0);
+  }
+}
+#endif
+
+void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t oy, ox, oc, ky, kx, ic;
+#if EDGEOSC_DSP
+  if (scratch) {
+    conv_dsp(p, in, out, scratch);
+    return;
+  }
+#endif
+  (void)scratch;
   for (oy = 0; oy < p->out_h; ++oy) {
     for (ox = 0; ox < p->out_w; ++ox) {
       for (oc = 0; oc < p->out_c; ++oc) {
@@ -30,20 +172,27 @@ void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *o
             for (ic = 0; ic < p->in_c; ++ic) acc += (x[ic] - p->zp_in) * w[ic];
           }
         }
-        *out++ = (int8_t)clamp(channel_mbqm(&p->rq, oc, acc) + p->zp_out, p->act_min, p->act_max);
+        *out++ = channel_out(&p->rq, oc, acc, p->zp_out, p->act_min, p->act_max);
       }
     }
   }
 }
 
-void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out) {
+void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t r, u, d;
+#if EDGEOSC_DSP
+  if (scratch) {
+    fc_dsp(p, in, out, scratch);
+    return;
+  }
+#endif
+  (void)scratch;
   for (r = 0; r < p->rows; ++r, in += p->depth) {
     const int8_t *w = p->weights;
     for (u = 0; u < p->units; ++u, w += p->depth) {
       int32_t acc = p->bias ? p->bias[u] : 0;
       for (d = 0; d < p->depth; ++d) acc += (in[d] - p->zp_in) * w[d];
-      *out++ = (int8_t)clamp(channel_mbqm(&p->rq, u, acc) + p->zp_out, p->act_min, p->act_max);
+      *out++ = channel_out(&p->rq, u, acc, p->zp_out, p->act_min, p->act_max);
     }
   }
 }

@@ -33,7 +33,12 @@ typedef struct {
   EdgeoscChannelRequant rq;
 } EdgeoscConvParams;
 
-void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out);
+/* scratch: EDGEOSC_CONV_SCRATCH_WORDS(p) int32 words for the DSP path (two receptive fields, widened), or
+ * NULL for the portable loops. */
+void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
+
+#define EDGEOSC_CONV_SCRATCH_WORDS(k_h, k_w, in_c) \
+  (EDGEOSC_FC_SCRATCH_WORDS((k_h) * (k_w) * (in_c)) + ((k_h) * (k_w) * (in_c) + 1) / 2)
 
 /* FULLY_CONNECTED: in [rows, depth] x weights [units, depth] (zero point 0) -> out [rows, units]. */
 typedef struct {
@@ -44,7 +49,11 @@ typedef struct {
   EdgeoscChannelRequant rq;
 } EdgeoscFcParams;
 
-void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out);
+/* scratch: EDGEOSC_FC_SCRATCH_WORDS(depth) int32 words for the DSP path (two input rows widened to int16),
+ * or NULL for the portable loops. */
+void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
+
+#define EDGEOSC_FC_SCRATCH_WORDS(depth) ((depth) + 6)
 
 /* Sum pooling over the rows of in [rows, cols] -> out [cols]: what TRANSPOSE to [cols, rows] followed by
  * a FULLY_CONNECTED with one weight value on every row computes (the exporter's mean over time), without

@@ -204,7 +204,7 @@ class Emitter:
                 args.append(self.tensor(a.tensor))
             elif a == "scratch":
                 args.append(f"a + {self.offsets[('scratch', i)]}")
-            elif a == "state":  # int32 scratch (offsets are ALIGN-aligned)
+            elif a == "scratch32":  # int32 scratch (offsets are ALIGN-aligned)
                 args.append(f"(int32_t *)(void *)(a + {self.offsets[('scratch', i)]})")
             else:
                 args.append(self.value(a))

@@ -134,7 +134,7 @@ class Ref:
 
 @dataclass
 class Call:
-    """One kernel call fn(args...); args are Struct, Ref, Array, int, or "scratch"."""
+    """One kernel call fn(args...); args are Struct, Ref, Array, int, "scratch" (bytes) or "scratch32" (int32 words)."""
     fn: str
     args: list
     label: str
@@ -436,7 +436,7 @@ class Lowering:
         fields = pq.fields(H, T, dh, dv)
         params = Struct(S.LINEAR.struct, dict(fields, rq_out=dict(multiplier=pq.rq_out.multiplier, shift=pq.rq_out.shift)))
         args = [params, *(Ref(t.index) for t in (q, k, v, r)), None if g is None else Ref(g.index), Ref(out.index),
-                "state"]
+                "scratch32"]
         return self.emit("edgeosc_linear_core_int8", args, [op], out.name, scratch=4 * R.linear_state_words(dh, dv, pq.p))
 
     def softmax_core(self, op: Op):
@@ -500,7 +500,9 @@ class Lowering:
             dil_h=o.dilationHFactor, dil_w=o.dilationWFactor, pad_top=pads[0], pad_left=pads[1], zp_in=x.z,
             zp_out=out.z, act_min=lo, act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
             rq=channel_rq(x, w, out, out.name, conv=True)))
-        return self.emit("edgeosc_conv2d_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
+        K = w.shape[1] * w.shape[2] * w.shape[3]  # EDGEOSC_CONV_SCRATCH_WORDS: the DSP path's scratch
+        return self.emit("edgeosc_conv2d_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
+                         scratch=4 * (K + 6 + (K + 1) // 2))
 
     def op_fully_connected(self, op: Op):
         x, w, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
@@ -512,7 +514,8 @@ class Lowering:
             rows=x.size // w.shape[1], depth=w.shape[1], units=w.shape[0], zp_in=x.z, zp_out=out.z, act_min=lo,
             act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
             rq=channel_rq(x, w, out, out.name)))
-        return self.emit("edgeosc_fc_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
+        return self.emit("edgeosc_fc_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
+                         scratch=4 * (w.shape[1] + 6))  # EDGEOSC_FC_SCRATCH_WORDS: the DSP path's scratch
 
     def binary(self, op: Op):
         a, b, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
