@@ -444,21 +444,27 @@ def default_kernel_shapes() -> list[dict]:
 
 
 def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
-    """(driver function, its arguments, buffers, MACs) for one kernel spec with random int8 data."""
+    """(driver function, its arguments, buffers, MACs) for one kernel spec with random int8 data. Optional keys:
+    "act" (act_min, act_max), "per_channel" (FULLY_CONNECTED), "stride" and "dil" (CONV_2D, SAME padding;
+    "MACs" counts the taps inside and outside the image alike)."""
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     if spec["op"] == "FULLY_CONNECTED":
         rows, depth, units = spec["rows"], spec["depth"], spec["units"]
-        per_channel = 0
-        f = np.array([rows, depth, units, int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), -128, 127,
-                      per_channel], np.int32)
-        w, x, macs, n_out, channels = i8(units, depth), i8(rows, depth), rows * depth * units, rows * units, 1
+        lo, hi = spec.get("act", (-128, 127))
+        f = np.array([rows, depth, units, int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), lo, hi,
+                      int(spec.get("per_channel", 0))], np.int32)
+        w, x, macs, n_out = i8(units, depth), i8(rows, depth), rows * depth * units, rows * units
+        channels = units if spec.get("per_channel", 0) else 1
         fn, words = "edgeosc_bench_fc", depth + 6  # EDGEOSC_FC_SCRATCH_WORDS
     else:
         h, wd, c, kh, kw, oc = (spec[k] for k in ("in_h", "in_w", "in_c", "k_h", "k_w", "out_c"))
-        f = np.array([h, wd, c, h, wd, oc, kh, kw, 1, 1, 1, 1, (kh - 1) // 2, (kw - 1) // 2,
-                      int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), -128, 127], np.int32)
-        w, x, macs, n_out, channels = i8(oc, kh, kw, c), i8(h, wd, c), h * wd * kh * kw * c * oc, h * wd * oc, oc
+        st, dil, (lo, hi) = spec.get("stride", 1), spec.get("dil", 1), spec.get("act", (-128, 127))
+        oh, ow = -(-h // st), -(-wd // st)  # SAME padding (ComputePaddingWithOffset)
+        pads = [max((o - 1) * st + (k - 1) * dil + 1 - n, 0) // 2 for o, k, n in ((oh, kh, h), (ow, kw, wd))]
+        f = np.array([h, wd, c, oh, ow, oc, kh, kw, st, st, dil, dil, *pads,
+                      int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), lo, hi], np.int32)
+        w, x, macs, n_out, channels = i8(oc, kh, kw, c), i8(h, wd, c), oh * ow * kh * kw * c * oc, oh * ow * oc, oc
         fn, words = "edgeosc_bench_conv", kh * kw * c + 6 + (kh * kw * c + 1) // 2  # EDGEOSC_CONV_SCRATCH_WORDS
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
     bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, w.shape[0]).astype(np.int32),

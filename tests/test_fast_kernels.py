@@ -1,0 +1,43 @@
+"""The kernels' DSP path (edgeosc_simd.h) against their portable path, both emulated on Cortex-M: the same
+integers for every shape class (odd rows and units, depths not a multiple of 4, padding, stride, dilation,
+clamped activations, per-channel requantization), and fewer cycles."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+import pytest
+
+from edgeosc.bench import estimate as E
+
+if any(importlib.util.find_spec(m) is None for m in ("unicorn", "capstone", "elftools")):
+    pytest.skip("not installed: unicorn, capstone, pyelftools", allow_module_level=True)
+if not (shutil.which("arm-none-eabi-gcc") or importlib.util.find_spec("ziglang")):
+    pytest.skip("no Thumb compiler: apt-get install gcc-arm-none-eabi, or pip install ziglang", allow_module_level=True)
+
+EDGE_SHAPES = [
+    dict(op="FULLY_CONNECTED", name="odd rows and units", rows=5, depth=16, units=7),
+    dict(op="FULLY_CONNECTED", name="depth 4k+3", rows=4, depth=19, units=6, per_channel=1),
+    dict(op="FULLY_CONNECTED", name="depth < 4, relu", rows=3, depth=3, units=3, act=(-20, 127)),
+    dict(op="FULLY_CONNECTED", name="one row, one unit", rows=1, depth=33, units=1),
+    dict(op="CONV_2D", name="10x4 stride 2", in_h=13, in_w=7, in_c=1, k_h=10, k_w=4, out_c=5, stride=2),
+    dict(op="CONV_2D", name="3x3 dilated, channels 4k+2", in_h=6, in_w=5, in_c=6, k_h=3, k_w=3, out_c=3, dil=2,
+         act=(0, 90)),
+    dict(op="CONV_2D", name="1x3 over time", in_h=1, in_w=9, in_c=8, k_h=1, k_w=3, out_c=4),
+]
+
+
+@pytest.mark.parametrize("core", ["cortex-m4", "cortex-m33"])
+def test_dsp_path_equals_portable_path(core, tmp_path):
+    # kernel_cycles raises if any output differs; the rows prove every case ran
+    rows = E.kernel_cycles(core, shapes=EDGE_SHAPES, work_dir=tmp_path, seed=3)
+    assert [r["name"] for r in rows] == [s["name"] for s in EDGE_SHAPES]
+    assert all(r["output"].size and r["cycles"] > 0 for r in rows)
+
+
+def test_default_kernels_are_faster_on_the_dsp_path(tmp_path):
+    rows = {r["name"]: r for r in E.kernel_cycles("cortex-m4", work_dir=tmp_path)}
+    assert {"stem", "projection", "feed-forward up", "feed-forward down"} <= set(rows)
+    for name in ("stem", "projection", "feed-forward up", "feed-forward down"):
+        assert rows[name]["speedup"] > 2.5, (name, rows[name]["speedup"])
+        assert rows[name]["cycles_per_mac"] < 4.0, (name, rows[name]["cycles_per_mac"])
