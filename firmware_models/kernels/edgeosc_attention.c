@@ -1,6 +1,8 @@
 /* Int8 attention cores (see edgeosc_attention.h). Row by row: one query's T scores live in scratch. */
 #include "edgeosc_attention.h"
 
+#include "edgeosc_simd.h"
+
 static int8_t clamp8(int32_t y) { return (int8_t)(y < -128 ? -128 : y > 127 ? 127 : y); }
 
 /* TFLite's int8 L2_NORMALIZATION of n values already offset by the zero point (squares summing below 2^31). */
@@ -67,6 +69,26 @@ void edgeosc_softmax_row_lut_int8(const int8_t *x, int n, const int32_t *exp_lut
 static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t zq, int32_t zk,
                       EdgeoscRequant rq, int32_t zo, int rounding, int8_t *row) {
   int j, d;
+#if EDGEOSC_DSP
+  if (dh % 4 == 0 && dh <= 32) { /* (q - zq).(k - zk) = (q - zq).k - zk sum(q - zq): k words straight to SMLAD */
+    int32_t qw[16], base = 0;
+    const int32_t zq2 = edgeosc_pair(-zq);
+    for (d = 0; d < dh; d += 4) {
+      edgeosc_widen4(edgeosc_read4(qi + d), zq2, qw + d / 2, qw + d / 2 + 1);
+      base -= zk * (qi[d] + qi[d + 1] + qi[d + 2] + qi[d + 3] - 4 * zq);
+    }
+    for (j = 0; j < T; ++j) {
+      const int8_t *kj = kh + (size_t)j * dh;
+      int32_t acc = base;
+      for (d = 0; d < dh; d += 4) {
+        const int32_t w = edgeosc_read4(kj + d);
+        acc = __smlad(qw[d / 2 + 1], edgeosc_sxtb16_ror8(w), __smlad(qw[d / 2], __sxtb16(w), acc));
+      }
+      row[j] = edgeosc_requant_int8(acc, rq, zo, rounding);
+    }
+    return;
+  }
+#endif
   for (j = 0; j < T; ++j) {
     const int8_t *kj = kh + (size_t)j * dh;
     int32_t acc = 0;
@@ -79,6 +101,36 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
 static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t za, int32_t zv,
                     EdgeoscRequant rq, int32_t zo, int rounding, int8_t *out) {
   int j, d;
+#if EDGEOSC_DSP
+  if (dv % 4 == 0) {
+    /* (a - za).(v - zv) = (a - za).v - zv sum(a - za); two keys per SMLAD: the pairs (a_j, a_j+1) against
+     * (v_j,d, v_j+1,d), gathered from two rows' SXTB16 lanes with PKHBT / PKHTB */
+    int32_t asum = 0;
+    for (j = 0; j < T; ++j) asum += row[j] - za;
+    for (d = 0; d < dv; d += 4) {
+      int32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
+      for (j = 0; j + 1 < T; j += 2) {
+        const int32_t a = (int32_t)(((uint32_t)(row[j] - za) & 0xFFFFu) | ((uint32_t)(row[j + 1] - za) << 16));
+        const int32_t w0 = edgeosc_read4(vh + (size_t)j * dv + d), w1 = edgeosc_read4(vh + (size_t)(j + 1) * dv + d);
+        const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1), o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
+        acc0 = __smlad(a, (int32_t)(((uint32_t)e0 & 0xFFFFu) | ((uint32_t)e1 << 16)), acc0); /* lanes d */
+        acc1 = __smlad(a, (int32_t)(((uint32_t)o0 & 0xFFFFu) | ((uint32_t)o1 << 16)), acc1); /* d + 1 */
+        acc2 = __smlad(a, (int32_t)(((uint32_t)e0 >> 16) | ((uint32_t)e1 & 0xFFFF0000u)), acc2); /* d + 2 */
+        acc3 = __smlad(a, (int32_t)(((uint32_t)o0 >> 16) | ((uint32_t)o1 & 0xFFFF0000u)), acc3); /* d + 3 */
+      }
+      if (j < T) {
+        const int8_t *vj = vh + (size_t)j * dv + d;
+        const int32_t aj = row[j] - za;
+        acc0 += aj * vj[0], acc1 += aj * vj[1], acc2 += aj * vj[2], acc3 += aj * vj[3];
+      }
+      out[d] = edgeosc_requant_int8(acc0 - zv * asum, rq, zo, rounding);
+      out[d + 1] = edgeosc_requant_int8(acc1 - zv * asum, rq, zo, rounding);
+      out[d + 2] = edgeosc_requant_int8(acc2 - zv * asum, rq, zo, rounding);
+      out[d + 3] = edgeosc_requant_int8(acc3 - zv * asum, rq, zo, rounding);
+    }
+    return;
+  }
+#endif
   for (d = 0; d < dv; ++d) {
     int32_t acc = 0;
     for (j = 0; j < T; ++j) acc += (row[j] - za) * (vh[(size_t)j * dv + d] - zv);
@@ -191,6 +243,9 @@ static void harmonics_q15(const int8_t *x, int p, int32_t *out) {
 }
 
 static int bitlen64(uint64_t x) {
+#if defined(__GNUC__)
+  return x ? 64 - __builtin_clzll(x) : 0; /* CLZ on Arm */
+#else
   int n = 0, s;
   for (s = 32; s > 0; s >>= 1)
     if (x >> s) {
@@ -198,9 +253,9 @@ static int bitlen64(uint64_t x) {
       n += s;
     }
   return n + (x > 0);
+#endif
 }
 
-/* x / 2^e rounded half up (e > 0), x * 2^-e (e <= 0). */
 static int64_t shift_round64(int64_t x, int e) {
   return e > 0 ? (x + ((int64_t)1 << (e - 1))) >> e : (int64_t)((uint64_t)x << -e);
 }
@@ -224,21 +279,22 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const i
                            const int8_t *r, int32_t gate, int sign) {
   const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
   uint32_t *sc = (uint32_t *)state, *sr = sc + 2 * EDGEOSC_LINEAR_COUPLING(dh);
-  const int32_t r0 = sign * r[0], r1 = sign * r[1];
+  /* zero points in locals: the state's stores could alias p, which would reload them every step */
+  const int32_t r0 = sign * r[0], r1 = sign * r[1], zk = p->zp_k, zv = p->zp_v;
   int32_t harm[8], a, b, m, d;
   /* coupling: [1, K_a, K_a K_b (a <= b)] x r (unsigned: the sums wrap, and unwrap when a key leaves) */
   sc[0] += (uint32_t)r0;
   sc[1] += (uint32_t)r1;
   sc += 2;
   for (a = 0; a < dh; ++a, sc += 2) {
-    const int32_t ka = k[a] - p->zp_k;
+    const int32_t ka = k[a] - zk;
     sc[0] += (uint32_t)(ka * r0);
     sc[1] += (uint32_t)(ka * r1);
   }
   for (a = 0; a < dh; ++a) {
-    const int32_t ka = k[a] - p->zp_k;
+    const int32_t ka = k[a] - zk;
     for (b = a; b < dh; ++b, sc += 2) {
-      const int32_t kk = ka * (k[b] - p->zp_k);
+      const int32_t kk = ka * (k[b] - zk);
       sc[0] += (uint32_t)(kk * r0);
       sc[1] += (uint32_t)(kk * r1);
     }
@@ -247,7 +303,7 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const i
   harmonics_q15(r, p->p, harm);
   for (m = 0; m < nr; ++m, sr += dv + 1) {
     const int32_t u = sign * (m == 0 ? gate * 128 : (gate * harm[m - 1] + 128) >> 8);
-    for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(u * (v[d] - p->zp_v));
+    for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(u * (v[d] - zv));
     sr[dv] += (uint32_t)u;
   }
 }
@@ -258,20 +314,23 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
   const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh), *w = kWeights[p->p];
   int64_t h0, h1, num, den, inv;
   int32_t beta[9], harm[8], hh[2], two_c1 = 2 * p->c1, a, b, m, d, e, dn, nd, shift;
+  const int32_t zq = p->zp_q;
   int8_t z[2];
   /* 1: h = 2 sum_j (2/s^2) taylor2(s Q.K_j) r_j = c1^2 R + 2 c1 Q.KR + sum_ab (2|4) Q_a Q_b KKR_ab */
   h0 = (int64_t)p->c1 * p->c1 * sc[0];
   h1 = (int64_t)p->c1 * p->c1 * sc[1];
   sc += 2;
   for (a = 0; a < dh; ++a, sc += 2) {
-    const int32_t qa = two_c1 * (q[a] - p->zp_q);
+    const int32_t qa = two_c1 * (q[a] - zq);
     h0 += (int64_t)qa * sc[0];
     h1 += (int64_t)qa * sc[1];
   }
   for (a = 0; a < dh; ++a) {
-    const int32_t qa = q[a] - p->zp_q;
-    for (b = a; b < dh; ++b, sc += 2) {
-      const int32_t qq = (a == b ? 2 : 4) * qa * (q[b] - p->zp_q);
+    const int32_t qa = q[a] - zq, qa4 = 4 * qa;
+    h0 += (int64_t)(2 * qa * qa) * sc[0]; /* a == b: weight 2, a < b: 4 (both orders) */
+    h1 += (int64_t)(2 * qa * qa) * sc[1];
+    for (b = a + 1, sc += 2; b < dh; ++b, sc += 2) {
+      const int32_t qq = qa4 * (q[b] - zq);
       h0 += (int64_t)qq * sc[0];
       h1 += (int64_t)qq * sc[1];
     }

@@ -24,14 +24,10 @@ int32_t edgeosc_mbqm_mode(int32_t x, int32_t multiplier, int shift, int rounding
   return edgeosc_mbqm(x, multiplier, shift);
 }
 
-int8_t edgeosc_requant_int8(int32_t acc, EdgeoscRequant rq, int32_t zero_point, int rounding) {
-  int32_t y = edgeosc_mbqm_mode(acc, rq.multiplier, rq.shift, rounding) + zero_point;
-  if (y < -128) y = -128;
-  if (y > 127) y = 127;
-  return (int8_t)y;
-}
-
 static int clz32(uint32_t x) {
+#if defined(__GNUC__)
+  return x ? __builtin_clz(x) : 32; /* CLZ on Arm */
+#else
   int n = 0;
   if (x == 0) return 32;
   while (!(x & 0x80000000u)) {
@@ -39,6 +35,7 @@ static int clz32(uint32_t x) {
     ++n;
   }
   return n;
+#endif
 }
 
 /* gemmlowp SaturatingRoundingMultiplyByPOT with a positive exponent. */

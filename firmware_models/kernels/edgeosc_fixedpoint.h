@@ -58,8 +58,14 @@ static inline int32_t edgeosc_mbqm(int32_t x, int32_t multiplier, int shift) {
 /** MultiplyByQuantizedMultiplier with the given EdgeoscRounding. */
 int32_t edgeosc_mbqm_mode(int32_t x, int32_t multiplier, int shift, int rounding);
 
-/** acc requantized by rq (with an EdgeoscRounding), plus zero_point, clamped to int8. */
-int8_t edgeosc_requant_int8(int32_t acc, EdgeoscRequant rq, int32_t zero_point, int rounding);
+/* acc requantized by rq (with an EdgeoscRounding), plus zero_point, clamped to int8; inline for the
+ * firmware's rounding (EDGEOSC_ROUND_AWAY, TFLite Micro's). */
+static inline int8_t edgeosc_requant_int8(int32_t acc, EdgeoscRequant rq, int32_t zero_point, int rounding) {
+  const int32_t y = (rounding == EDGEOSC_ROUND_AWAY ? edgeosc_mbqm(acc, rq.multiplier, rq.shift)
+                                                    : edgeosc_mbqm_mode(acc, rq.multiplier, rq.shift, rounding)) +
+                    zero_point;
+  return (int8_t)(y < -128 ? -128 : y > 127 ? 127 : y);
+}
 
 /** GetInvSqrtQuantizedMultiplierExp(x, reverse_shift = -1): 1/sqrt(x) as multiplier and left shift. */
 void edgeosc_inv_sqrt_multiplier(int32_t x, int32_t *multiplier, int *shift);

@@ -207,30 +207,38 @@ void edgeosc_sum_pool_int8(const EdgeoscPoolParams *p, const int8_t *in, int8_t 
   }
 }
 
-/* Runs BODY for every output element i, with ia and ib the broadcast offsets into a and b. */
-#define EDGEOSC_BROADCAST(s, BODY)                                                  \
-  do {                                                                              \
-    int32_t d0, d1, d2, d3, i = 0;                                                  \
-    for (d0 = 0; d0 < (s)->dims[0]; ++d0)                                           \
-      for (d1 = 0; d1 < (s)->dims[1]; ++d1)                                         \
-        for (d2 = 0; d2 < (s)->dims[2]; ++d2)                                       \
-          for (d3 = 0; d3 < (s)->dims[3]; ++d3, ++i) {                              \
-            const int32_t ia = d0 * (s)->stride_a[0] + d1 * (s)->stride_a[1] +      \
-                               d2 * (s)->stride_a[2] + d3 * (s)->stride_a[3];       \
-            const int32_t ib = d0 * (s)->stride_b[0] + d1 * (s)->stride_b[1] +      \
-                               d2 * (s)->stride_b[2] + d3 * (s)->stride_b[3];       \
-            BODY;                                                                   \
-          }                                                                         \
+/* Runs BODY for every output element i, with ia and ib the broadcast offsets into a and b; the innermost
+ * dim steps the offsets by its strides (no index arithmetic per element). */
+#define EDGEOSC_BROADCAST(s, BODY)                                                         \
+  do {                                                                                     \
+    int32_t d0, d1, d2, d3, i = 0;                                                         \
+    const int32_t n3 = (s)->dims[3], sa3 = (s)->stride_a[3], sb3 = (s)->stride_b[3];       \
+    for (d0 = 0; d0 < (s)->dims[0]; ++d0)                                                  \
+      for (d1 = 0; d1 < (s)->dims[1]; ++d1)                                                \
+        for (d2 = 0; d2 < (s)->dims[2]; ++d2) {                                            \
+          int32_t ia = d0 * (s)->stride_a[0] + d1 * (s)->stride_a[1] + d2 * (s)->stride_a[2]; \
+          int32_t ib = d0 * (s)->stride_b[0] + d1 * (s)->stride_b[1] + d2 * (s)->stride_b[2]; \
+          for (d3 = 0; d3 < n3; ++d3, ++i, ia += sa3, ib += sb3) BODY;                     \
+        }                                                                                  \
   } while (0)
 
 void edgeosc_add_int8(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out) {
+  /* the requantization constants split once (edgeosc_mbqm per element, inlined); left_shift is 20 */
+  const int32_t ma = p->rq_a.multiplier, ra = -p->rq_a.shift, mb = p->rq_b.multiplier, rb = -p->rq_b.shift;
+  const int32_t one = 1 << p->left_shift, sign = p->subtract ? -1 : 1;
+  if (p->rq_a.shift > 0 || p->rq_b.shift > 0) { /* input multipliers above 1: TFLite never makes them */
+    EDGEOSC_BROADCAST(&p->shape, {
+      const int32_t xa = edgeosc_mbqm((a[ia] - p->zp_a) * one, ma, p->rq_a.shift);
+      const int32_t xb = edgeosc_mbqm((b[ib] - p->zp_b) * one, mb, p->rq_b.shift);
+      out[i] = (int8_t)clamp(edgeosc_mbqm(xa + sign * xb, p->rq_out.multiplier, p->rq_out.shift) + p->zp_out,
+                             p->act_min, p->act_max);
+    });
+    return;
+  }
   EDGEOSC_BROADCAST(&p->shape, {
-    const int32_t xa = edgeosc_mbqm((a[ia] - p->zp_a) * (1 << p->left_shift), p->rq_a.multiplier,
-                                    p->rq_a.shift);
-    const int32_t xb = edgeosc_mbqm((b[ib] - p->zp_b) * (1 << p->left_shift), p->rq_b.multiplier,
-                                    p->rq_b.shift);
-    const int32_t raw = p->subtract ? xa - xb : xa + xb;
-    out[i] = (int8_t)clamp(edgeosc_mbqm(raw, p->rq_out.multiplier, p->rq_out.shift) + p->zp_out,
+    const int32_t xa = edgeosc_rdbpot(edgeosc_srdhm((a[ia] - p->zp_a) * one, ma), ra);
+    const int32_t xb = edgeosc_rdbpot(edgeosc_srdhm((b[ib] - p->zp_b) * one, mb), rb);
+    out[i] = (int8_t)clamp(edgeosc_mbqm(xa + sign * xb, p->rq_out.multiplier, p->rq_out.shift) + p->zp_out,
                            p->act_min, p->act_max);
   });
 }
