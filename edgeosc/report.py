@@ -73,6 +73,14 @@ def _estimate_lines(r: dict) -> list[str]:
         lines.append(f"| {core} | {dev} @ {x['clock_mhz']:.0f} MHz | {kind} | {x['cycles'] / 1e6:.2f} | "
                      f"{x['latency_ms']:.2f} | {x['energy_uj']:.0f} | {x['attention_ms'] or 0:.2f} | "
                      f"{x['attention_uj'] or 0:.0f} | {x['cycles_per_mac']:.1f} |")
+    refs = {k: (r["models"][k]["estimate"] or {}).get("portable_reference") for k in r["kinds"]}
+    m4 = {k: next((x for (c, _, kk), x in by.items() if c == "cortex-m4" and kk == k), None) for k in r["kinds"]}
+    pairs = [(k, refs[k], m4[k]) for k in r["kinds"] if refs[k] and m4[k]]
+    if pairs:
+        lines += ["", "The same C on Cortex-M4 with the portable loops only (`-DEDGEOSC_PORTABLE`) against the DSP "
+                  "paths it ships with: " + "; ".join(
+                      f"{k} {ref['cycles'] / 1e6:.2f} -> {x['cycles'] / 1e6:.2f} Mcycles "
+                      f"({ref['cycles_per_mac']:.1f} -> {x['cycles_per_mac']:.1f} cycles/MAC)" for k, ref, x in pairs) + "."]
     first = {}  # one device per core: the ratio does not depend on the clock
     for core, dev, kind in by:
         first.setdefault(core, dev)
@@ -101,6 +109,14 @@ def _scaling_lines(r: dict) -> list[str]:
             else ("-", "-")
         lines.append(f"| {row['T']} | {row['d_osc']} | {row['oscillator_cycles']:,.0f} | {lin_cycles} | "
                      f"{row['softmax_cycles']:,.0f} | {row['ratio']:.2f}x | {lin_ratio} |")
+    if sc.get("kernels"):
+        lines += ["", f"### Builtin kernels alone ({sc['core']}, estimated)", "",
+                  "At the default model's shapes, random int8 data; the DSP path (SXTB16 / SMLAD, "
+                  "`firmware_models/kernels/edgeosc_simd.h`) checked equal to the portable reference path, bit for bit. "
+                  "The floor is about 1 cycle per MAC (docs/results.md#fast-kernels).", "",
+                  "| op | layer | MACs | cycles/MAC | portable cycles/MAC | speedup |", "|---|---|---|---|---|---|"]
+        lines += [f"| {k['op']} | {k['name']} | {k['macs']:,} | {k['cycles_per_mac']:.2f} | "
+                  f"{k['reference_cycles_per_mac']:.2f} | {k['speedup']:.1f}x |" for k in sc["kernels"]]
     return lines
 
 

@@ -95,7 +95,7 @@ def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     (emulated, priced with each core's timing table and device profiles: estimated), on a test clip."""
     import torch
     from . import runtime
-    from .bench.estimate import estimate_model
+    from .bench.estimate import CFLAGS, estimate_model
     from .features import FeatureExtractor
     from .checkpoint import load_checkpoint
     from .evaluate import Batches
@@ -108,19 +108,27 @@ def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     # logits are then checked against its host build, its linear core against the reference (tests)
     micro = runtime.load(tflite, "tflite-micro") if tflite.name == "int8.tflite" else None
     x = (micro or runtime.load(tflite)).inputs[0].quantize(feats)
-    res = estimate_model(run_dir / f"export-{kind}" / firmware_name(kind), firmware_name(kind), x,
-                         targets=cfg.bench.targets, work_dir=folder / "build", tflite=tflite,
-                         expected=micro.run_raw(x) if micro else None)
+    fw, name, expected = run_dir / f"export-{kind}" / firmware_name(kind), firmware_name(kind), \
+        micro.run_raw(x) if micro else None
+    res = estimate_model(fw, name, x, targets=cfg.bench.targets, work_dir=folder / "build", tflite=tflite,
+                         expected=expected)
+    if "cortex-m4" in res["targets"]:  # the same C with the portable loops only: what the DSP paths save
+        ref = estimate_model(fw, name, x, targets=("cortex-m4",), work_dir=folder / "build", tflite=tflite,
+                             expected=res["logits"], flags=(*CFLAGS, "-DEDGEOSC_PORTABLE"))["targets"]["cortex-m4"]
+        res["portable_reference"] = dict(core="cortex-m4", cycles=ref["model"]["cycles"],
+                                         cycles_per_mac=ref["model"]["cycles_per_mac"])
     write_json(folder / "estimate.json", res)
     return dict(targets=list(res["targets"]), verified_against="tflite-micro" if micro else res["verified_against"])
 
 
 def scaling(cfg, folder: Path) -> dict:
-    """Cycles of the fused oscillator and softmax cores on a Cortex-M4 as T and d_osc vary (estimated)."""
-    from .bench.estimate import core_scaling
+    """Cycles of the fused oscillator and softmax cores on a Cortex-M4 as T and d_osc vary, and of each builtin
+    kernel at the default model's shapes on its DSP path and its portable path (estimated)."""
+    from .bench.estimate import core_scaling, kernel_cycles
     rows = core_scaling(cfg.bench.scaling_tokens, cfg.bench.scaling_d_osc, work_dir=folder / "build")
-    write_json(folder / "scaling.json", dict(core="cortex-m4", rows=rows))
-    return dict(rows=len(rows))
+    kernels = [{k: v for k, v in row.items() if k != "output"} for row in kernel_cycles(work_dir=folder / "build")]
+    write_json(folder / "scaling.json", dict(core="cortex-m4", rows=rows, kernels=kernels))
+    return dict(rows=len(rows), kernels=len(kernels))
 
 
 def bench(cfg, run_dir: Path, folder: Path) -> dict:

@@ -45,7 +45,8 @@ def stage(run, name):
 def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, tmp_path, monkeypatch):
     cfg = load_config(None, FAST)
     text = (whole / "report" / "report.md").read_text()
-    for section in ("## Accuracy", "## Model files", "## Parity", "## Latency", "linear / softmax"):
+    for section in ("## Accuracy", "## Model files", "## Parity", "## Latency", "linear / softmax",
+                    "### Builtin kernels alone", "portable loops only"):
         assert section in text
     # the pipeline's oscillator is the linear core: its int8 file is the custom op's, checked in tflite-runtime
     parity = json.loads((whole / "parity-oscillator" / "parity.json").read_text())
