@@ -60,21 +60,24 @@ static void dot_2x2(const int32_t *x, const int8_t *w, int32_t w_step, int32_t d
   acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
 }
 
-/* A channel's requantization with its shifts split once: out = clamp(rdbpot(srdhm(acc << left, m), right) + zp). */
+/* A channel's requantization with its constants split once: edgeosc_mbqm, then zp and the clamp. Multipliers
+ * are positive (quantize_multiplier: [2^30, 2^31) or 0), so srdhm's INT32_MIN x INT32_MIN case cannot occur. */
 typedef struct {
-  int32_t multiplier, left, right, zp_out, lo, hi;
+  int32_t multiplier, left, right, mask, half, zp_out, lo, hi;
 } ChannelOut;
 
 static void channel_out_init(ChannelOut *c, const EdgeoscChannelRequant *rq, int32_t ch, int32_t zp_out,
                              int32_t lo, int32_t hi) {
   const int32_t i = rq->per_channel ? ch : 0, shift = rq->shift[i];
   c->multiplier = rq->multiplier[i], c->left = shift > 0 ? shift : 0, c->right = shift > 0 ? 0 : -shift;
+  c->mask = (int32_t)((1u << c->right) - 1u), c->half = c->mask >> 1;
   c->zp_out = zp_out, c->lo = lo, c->hi = hi;
 }
 
 static inline int8_t channel_out_fast(const ChannelOut *c, int32_t acc) {
-  const int32_t y = edgeosc_rdbpot(edgeosc_srdhm((int32_t)((uint32_t)acc << c->left), c->multiplier), c->right);
-  return (int8_t)clamp(y + c->zp_out, c->lo, c->hi);
+  const int32_t x = (int32_t)(((int64_t)(int32_t)((uint32_t)acc << c->left) * c->multiplier + (1 << 30)) >> 31);
+  const int32_t y = (x >> c->right) + ((x & c->mask) > c->half + (x < 0)) + c->zp_out; /* edgeosc_rdbpot */
+  return (int8_t)clamp(y, c->lo, c->hi);
 }
 
 /* out[r, u] = requant(bias[u] + (x_r - zp) . w_u) for the two widened rows in x (the same row twice when
