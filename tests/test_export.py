@@ -183,6 +183,10 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
             dev = np.abs(OnnxRunner(qonnx / name, optimize=False)(x.numpy()) - ref)
             assert (dev <= 1e-5).mean() >= 0.95 and dev.max() <= 2 * lsb * 1.001, name
     assert sorted(p.name for p in out.glob("*.tflite")) == ["float.tflite", "int8_custom.tflite"]
+    from edgeosc.bench.estimate import count_macs
+    from edgeosc.integer.reference import linear_state_words
+    macs = count_macs(out / "int8_custom.tflite")  # the linear core's MACs: per state word, a key's and a query's
+    assert macs["by_kind"]["EdgeOscAttention"] == macs["attention"] == 2 * 4 * 49 * 2 * linear_state_words(8, 8, 4)
     pytest.importorskip("tflite_runtime.interpreter")
     got = runtime.load(out / "int8_custom.tflite", "tflite-runtime", custom_ops=[custom_op.register]).run(x.numpy())
     assert np.abs(got - ref).max() <= 4 * lsb and (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.95

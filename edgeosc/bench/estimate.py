@@ -43,8 +43,9 @@ ENTRY = "edgeosc_estimate_infer"
 # A72: SMLAL on the F0 pipe only, 1 per cycle (Cortex-A72 Software Optimization Guide, ASIMD integer
 # multiply-accumulate long). Practical kernels need wider accumulators, so they stay above this floor.
 PEAK_MACS_PER_CYCLE = {"cortex-m4": 2, "cortex-m7": 2, "cortex-m33": 2, "cortex-a53": 4, "cortex-a72": 8}
-MACS_COUNTED = ("multiply-accumulates of CONV_2D, FULLY_CONNECTED and BATCH_MATMUL as the .tflite states "
-                "them (and of the EdgeOscAttention custom op's matmuls), including the oscillator's ones-column "
+MACS_COUNTED = ("multiply-accumulates of CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED and BATCH_MATMUL as the "
+                ".tflite states them (and of the EdgeOscAttention custom op's matmuls, or its linear core's state "
+                "updates and queries), including the oscillator's ones-column "
                 "row sum and the mean pool's one-valued FULLY_CONNECTED; not counted: elementwise MUL/ADD/SUB, "
                 "L2 normalisation, softmax, table lookups, requantization")
 
@@ -147,14 +148,22 @@ def count_macs(tflite: str | Path) -> dict:
         out = g.tensors[op.outputs[0]]
         if op.kind == "CONV_2D":
             n = out.size * int(np.prod(t(1).shape[1:]))  # per output: k_h k_w in_c
+        elif op.kind == "DEPTHWISE_CONV_2D":
+            n = out.size * t(1).shape[1] * t(1).shape[2]  # per output: k_h k_w
         elif op.kind == "FULLY_CONNECTED":
             n = out.size * t(1).shape[1]  # per output: depth
         elif op.kind == "BATCH_MATMUL":
             n = out.size * t(0).shape[-1]
-        elif op.kind == CUSTOM_OSC:  # qk, h = wn r, zr, the row sum, a v: per (head, query, key)
+        elif op.kind == CUSTOM_OSC:
+            from flatbuffers import flexbuffers
+            from ..integer.reference import linear_state_words
             q, v, r = t(0), t(2), t(3)
             H, T = int(np.prod(q.shape[:-2])), q.shape[-2]
-            n = H * T * T * (q.shape[-1] + 2 * r.shape[-1] + 1 + v.shape[-1])
+            o = flexbuffers.Loads(op.custom) if op.custom else {}
+            if o.get("form") == "linear":  # a MAC per state word and key (update), and per query
+                n = H * T * 2 * linear_state_words(q.shape[-1], v.shape[-1], int(o["p"]))
+            else:  # qk, h = wn r, zr, the row sum, a v: per (head, query, key)
+                n = H * T * T * (q.shape[-1] + 2 * r.shape[-1] + 1 + v.shape[-1])
         else:
             continue
         total += n

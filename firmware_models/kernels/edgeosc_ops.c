@@ -181,6 +181,49 @@ void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *o
   }
 }
 
+void edgeosc_depthwise_conv_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
+  const int32_t multiplier = p->out_c / p->in_c;
+  int32_t oy, ox, oc, ky, kx;
+  for (oy = 0; oy < p->out_h; ++oy) {
+    for (ox = 0; ox < p->out_w; ++ox) {
+      for (oc = 0; oc < p->out_c; ++oc) {
+        const int32_t ic = oc / multiplier;
+        int32_t acc = p->bias ? p->bias[oc] : 0;
+        for (ky = 0; ky < p->k_h; ++ky) {
+          const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
+          if (iy < 0 || iy >= p->in_h) continue;
+          for (kx = 0; kx < p->k_w; ++kx) {
+            const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
+            if (ix < 0 || ix >= p->in_w) continue;
+            acc += (in[(iy * p->in_w + ix) * p->in_c + ic] - p->zp_in) * p->weights[(ky * p->k_w + kx) * p->out_c + oc];
+          }
+        }
+        *out++ = channel_out(&p->rq, oc, acc, p->zp_out, p->act_min, p->act_max);
+      }
+    }
+  }
+}
+
+void edgeosc_avg_pool_int8(const EdgeoscAvgPoolParams *p, const int8_t *in, int8_t *out) {
+  int32_t oy, ox, c, y, x;
+  for (oy = 0; oy < p->out_h; ++oy) {
+    const int32_t y0 = oy * p->stride_h - p->pad_top;
+    const int32_t ys = y0 < 0 ? -y0 : 0, ye = p->in_h - y0 < p->k_h ? p->in_h - y0 : p->k_h;
+    for (ox = 0; ox < p->out_w; ++ox) {
+      const int32_t x0 = ox * p->stride_w - p->pad_left;
+      const int32_t xs = x0 < 0 ? -x0 : 0, xe = p->in_w - x0 < p->k_w ? p->in_w - x0 : p->k_w;
+      const int32_t count = (ye - ys) * (xe - xs); /* > 0: code generation checks the windows */
+      for (c = 0; c < p->channels; ++c) {
+        int32_t acc = 0;
+        for (y = ys; y < ye; ++y)
+          for (x = xs; x < xe; ++x) acc += in[((y0 + y) * p->in_w + x0 + x) * p->channels + c];
+        acc = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+        *out++ = (int8_t)clamp(acc, p->act_min, p->act_max);
+      }
+    }
+  }
+}
+
 void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t r, u, d;
 #if EDGEOSC_DSP

@@ -40,6 +40,20 @@ void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *o
 #define EDGEOSC_CONV_SCRATCH_WORDS(k_h, k_w, in_c) \
   (EDGEOSC_FC_SCRATCH_WORDS((k_h) * (k_w) * (in_c)) + ((k_h) * (k_w) * (in_c) + 1) / 2)
 
+/* DEPTHWISE_CONV_2D on one NHWC image, the same parameters as CONV_2D with weights [1, k_h, k_w, out_c] and
+ * out_c a multiple of in_c (output channel c reads input channel c / (out_c / in_c)), as TFLite's
+ * reference kernel. */
+void edgeosc_depthwise_conv_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out);
+
+/* AVERAGE_POOL_2D on one NHWC image: the mean of the window's taps inside the image, rounded half away
+ * from zero, clamped; input and output share scale and zero point (TFLite requires it). */
+typedef struct {
+  int32_t in_h, in_w, channels, out_h, out_w, k_h, k_w, stride_h, stride_w, pad_top, pad_left;
+  int32_t act_min, act_max;
+} EdgeoscAvgPoolParams;
+
+void edgeosc_avg_pool_int8(const EdgeoscAvgPoolParams *p, const int8_t *in, int8_t *out);
+
 /* FULLY_CONNECTED: in [rows, depth] x weights [units, depth] (zero point 0) -> out [rows, units]. */
 typedef struct {
   int32_t rows, depth, units;

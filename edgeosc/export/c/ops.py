@@ -482,27 +482,78 @@ class Lowering:
         self.done.add(op.index)
         return None
 
-    def op_conv_2d(self, op: Op):
+    def window(self, op: Op, x: Tensor, out: Tensor, k_h: int, k_w: int, dilation: bool = True) -> dict:
+        """Geometry of a windowed op on one NHWC image (CONV_2D, DEPTHWISE_CONV_2D, AVERAGE_POOL_2D): sizes,
+        strides, dilations and TFLite's padding (ComputePaddingWithOffset), the output shape checked."""
+        o, kind = op.options, op.kind
+        if len(x.shape) != 4 or len(out.shape) != 4 or x.shape[0] != 1 or out.shape[0] != 1:
+            raise UnsupportedGraph(f"{out.name}: {kind} needs one NHWC image (batch 1), got {x.shape} -> {out.shape}")
+        if o.padding not in (schema.Padding.SAME, schema.Padding.VALID):
+            raise UnsupportedGraph(f"{out.name}: {kind} padding {o.padding} is neither SAME nor VALID")
+        dil = (o.dilationHFactor, o.dilationWFactor) if dilation else (1, 1)
+        if min(o.strideH, o.strideW, *dil, k_h, k_w) < 1:
+            raise UnsupportedGraph(f"{out.name}: {kind} strides, dilations and kernel sizes must be >= 1")
+        pads = []
+        for size, k, stride, d, osize in ((x.shape[1], k_h, o.strideH, dil[0], out.shape[1]),
+                                          (x.shape[2], k_w, o.strideW, dil[1], out.shape[2])):
+            want = -(-size // stride) if o.padding == schema.Padding.SAME else (size - (k - 1) * d - 1) // stride + 1
+            if osize != want or want < 1:
+                raise UnsupportedGraph(f"{out.name}: {kind} output size {osize} does not follow from input {size}, "
+                                       f"kernel {k}, stride {stride}, dilation {d} and its padding (expected {want})")
+            total = (osize - 1) * stride + (k - 1) * d + 1 - size
+            pads.append(max(total, 0) // 2 if o.padding == schema.Padding.SAME else 0)
+        return dict(in_h=x.shape[1], in_w=x.shape[2], out_h=out.shape[1], out_w=out.shape[2], k_h=k_h, k_w=k_w,
+                    stride_h=o.strideH, stride_w=o.strideW, pad_top=pads[0], pad_left=pads[1],
+                    **(dict(dil_h=dil[0], dil_w=dil[1]) if dilation else {}))
+
+    def conv_params(self, op: Op, k_h: int, k_w: int) -> tuple[Tensor, Tensor, Struct]:
+        """EdgeoscConvParams of CONV_2D / DEPTHWISE_CONV_2D (constant symmetric weights)."""
         x, w, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
         bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
-        o = op.options
-        if x.shape[0] != 1 or w.data is None or np.any(w.zp):
-            raise UnsupportedGraph(f"{out.name}: CONV_2D needs batch 1 and constant symmetric weights")
-        pads = []
-        for size, k, stride, dil, osize in ((x.shape[1], w.shape[1], o.strideH, o.dilationHFactor, out.shape[1]),
-                                            (x.shape[2], w.shape[2], o.strideW, o.dilationWFactor, out.shape[2])):
-            total = (osize - 1) * stride + (k - 1) * dil + 1 - size  # ComputePaddingWithOffset
-            pads.append(max(total, 0) // 2 if o.padding == schema.Padding.SAME else 0)
-        lo, hi = act_range(out, o.fusedActivationFunction)
+        if w.data is None or np.any(w.zp) or len(w.shape) != 4:
+            raise UnsupportedGraph(f"{out.name}: {op.kind} needs constant symmetric 4-D weights")
+        lo, hi = act_range(out, op.options.fusedActivationFunction)
         p = Struct("EdgeoscConvParams", dict(
-            in_h=x.shape[1], in_w=x.shape[2], in_c=x.shape[3], out_h=out.shape[1], out_w=out.shape[2],
-            out_c=out.shape[3], k_h=w.shape[1], k_w=w.shape[2], stride_h=o.strideH, stride_w=o.strideW,
-            dil_h=o.dilationHFactor, dil_w=o.dilationWFactor, pad_top=pads[0], pad_left=pads[1], zp_in=x.z,
-            zp_out=out.z, act_min=lo, act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
+            **self.window(op, x, out, k_h, k_w), in_c=x.shape[3], out_c=out.shape[3], zp_in=x.z, zp_out=out.z,
+            act_min=lo, act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
             rq=channel_rq(x, w, out, out.name, conv=True)))
+        return x, out, p
+
+    def op_conv_2d(self, op: Op):
+        w = self.t(op.inputs[1])
+        x, out, p = self.conv_params(op, *w.shape[1:3])
+        if w.shape[0] != out.shape[3] or w.shape[3] != x.shape[3]:
+            raise UnsupportedGraph(f"{out.name}: CONV_2D weights {w.shape} do not map {x.shape} to {out.shape}")
         K = w.shape[1] * w.shape[2] * w.shape[3]  # EDGEOSC_CONV_SCRATCH_WORDS: the DSP path's scratch
         return self.emit("edgeosc_conv2d_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
                          scratch=4 * (K + 6 + (K + 1) // 2))
+
+    def op_depthwise_conv_2d(self, op: Op):
+        w, out = self.t(op.inputs[1]), self.t(op.outputs[0])
+        if len(w.shape) != 4 or w.shape[0] != 1:
+            raise UnsupportedGraph(f"{out.name}: DEPTHWISE_CONV_2D weights must be [1, kh, kw, out_c], got {w.shape}")
+        x, out, p = self.conv_params(op, *w.shape[1:3])
+        c_in, c_out = x.shape[3], out.shape[3]
+        if w.shape[3] != c_out or c_out % c_in or op.options.depthMultiplier not in (0, c_out // c_in):
+            raise UnsupportedGraph(f"{out.name}: DEPTHWISE_CONV_2D maps {c_in} channels to {c_out} with weights "
+                                   f"{w.shape} and depth multiplier {op.options.depthMultiplier}: out_c must be the "
+                                   "weights' last dim and a multiple of in_c")
+        return self.emit("edgeosc_depthwise_conv_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
+
+    def op_average_pool_2d(self, op: Op):
+        x, out, o = self.t(op.inputs[0]), self.t(op.outputs[0]), op.options
+        if (x.s, x.z) != (out.s, out.z) or x.dtype != np.int8:
+            raise UnsupportedGraph(f"{out.name}: int8 AVERAGE_POOL_2D needs the input's scale and zero point on its "
+                                   "output")
+        if x.shape[3] != out.shape[3]:
+            raise UnsupportedGraph(f"{out.name}: AVERAGE_POOL_2D changes the channels {x.shape} -> {out.shape}")
+        geo = self.window(op, x, out, o.filterHeight, o.filterWidth, dilation=False)
+        if o.padding == schema.Padding.SAME and (geo["pad_top"] >= o.filterHeight or geo["pad_left"] >= o.filterWidth):
+            raise UnsupportedGraph(f"{out.name}: AVERAGE_POOL_2D has windows wholly in the padding")
+        lo, hi = act_range(out, o.fusedActivationFunction)
+        p = Struct("EdgeoscAvgPoolParams", dict(**{k: v for k, v in geo.items()}, channels=x.shape[3], act_min=lo,
+                                                act_max=hi))
+        return self.emit("edgeosc_avg_pool_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
 
     def op_fully_connected(self, op: Op):
         x, w, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])

@@ -201,22 +201,60 @@ class TFLiteBuilder:
         return path
 
     # ---- ops -----------------------------------------------------------------------------------
+    @staticmethod
+    def window_out(h: int, w: int, kh: int, kw: int, stride, dilation, padding: str) -> tuple[int, int]:
+        """Output height and width of a windowed op (TFLite's ComputeOutSize)."""
+        sh, sw = (stride, stride) if isinstance(stride, int) else stride
+        dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
+        if padding == "SAME":
+            return math.ceil(h / sh), math.ceil(w / sw)
+        return (h - (kh - 1) * dh - 1) // sh + 1, (w - (kw - 1) * dw - 1) // sw + 1
+
+    @staticmethod
+    def _pairs(stride, dilation) -> tuple[int, int, int, int]:
+        sh, sw = (stride, stride) if isinstance(stride, int) else stride
+        dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
+        return sh, sw, dh, dw
+
     def conv_2d(self, x, w, bias=None, stride=1, padding="SAME", dilation=1, act=None, q=None, name="conv"):
         """NHWC input, OHWI weights; SAME/VALID padding."""
         n, h, wd, _ = self.shape(x)
         o, kh, kw, _ = self.shape(w)
-        sh, sw = (stride, stride) if isinstance(stride, int) else stride
-        dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
-        if padding == "SAME":
-            oh, ow = math.ceil(h / sh), math.ceil(wd / sw)
-        else:
-            oh, ow = (h - (kh - 1) * dh - 1) // sh + 1, (wd - (kw - 1) * dw - 1) // sw + 1
+        oh, ow = self.window_out(h, wd, kh, kw, stride, dilation, padding)
         out = self._out(name, [n, oh, ow, o], self.dtype(x), q)
         opt = schema.Conv2DOptionsT()
         opt.padding = getattr(schema.Padding, padding)
-        opt.strideH, opt.strideW, opt.dilationHFactor, opt.dilationWFactor = sh, sw, dh, dw
+        opt.strideH, opt.strideW, opt.dilationHFactor, opt.dilationWFactor = self._pairs(stride, dilation)
         opt.fusedActivationFunction = _ACT[act]
         self.op("CONV_2D", [x, w, -1 if bias is None else bias], [out], opt)
+        return out
+
+    def depthwise_conv_2d(self, x, w, bias=None, stride=1, padding="SAME", dilation=1, act=None, q=None,
+                          name="depthwise"):
+        """NHWC input, weights [1, kh, kw, out_c] with out_c a multiple of the input channels."""
+        n, h, wd, c = self.shape(x)
+        _, kh, kw, o = self.shape(w)
+        oh, ow = self.window_out(h, wd, kh, kw, stride, dilation, padding)
+        out = self._out(name, [n, oh, ow, o], self.dtype(x), q)
+        opt = schema.DepthwiseConv2DOptionsT()
+        opt.padding, opt.depthMultiplier = getattr(schema.Padding, padding), o // c
+        opt.strideH, opt.strideW, opt.dilationHFactor, opt.dilationWFactor = self._pairs(stride, dilation)
+        opt.fusedActivationFunction = _ACT[act]
+        self.op("DEPTHWISE_CONV_2D", [x, w, -1 if bias is None else bias], [out], opt, version=2)
+        return out
+
+    def average_pool_2d(self, x, size, stride=None, padding="VALID", act=None, name="avg_pool"):
+        """NHWC mean over size = (kh, kw) windows; the output keeps the input's quantization."""
+        n, h, wd, c = self.shape(x)
+        kh, kw = size
+        stride = stride or (kh, kw)
+        oh, ow = self.window_out(h, wd, kh, kw, stride, 1, padding)
+        out = self._out(name, [n, oh, ow, c], self.dtype(x), None, like=x)
+        opt = schema.Pool2DOptionsT()
+        opt.padding, opt.filterHeight, opt.filterWidth = getattr(schema.Padding, padding), kh, kw
+        opt.strideH, opt.strideW, _, _ = self._pairs(stride, 1)
+        opt.fusedActivationFunction = _ACT[act]
+        self.op("AVERAGE_POOL_2D", [x], [out], opt, version=2)
         return out
 
     def fully_connected(self, x, w, bias=None, keep_num_dims=False, act=None, q=None, name="fc"):

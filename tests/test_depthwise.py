@@ -1,0 +1,108 @@
+"""DS-CNN's building blocks (MLPerf Tiny KWS): DEPTHWISE_CONV_2D and AVERAGE_POOL_2D from our TFLite writer run
+in the three interpreters, the C firmware equals TFLite Micro bit for bit on 128 inputs, and code generation
+refuses a bad depthwise shape or padding with a clear error."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgeosc import runtime
+from edgeosc.export.c import generate
+from edgeosc.export.c.ops import UnsupportedGraph, lower, read_graph
+from edgeosc.export.tflite.builder import TFLiteBuilder
+
+ALL = runtime.available_interpreters()
+
+
+def ds_block(rng, multiplier: int = 1, padding: str = "SAME") -> bytes:
+    """10x4 stride-2 stem, a depthwise-separable block, average pooling, a 12-way classifier (int8)."""
+    tb = TFLiteBuilder()
+    x = tb.input("x", [1, 49, 10, 1], np.int8, 0.05, 3)
+    w = tb.int8_weights("stem/w", rng.uniform(-1, 1, (8, 10, 4, 1)) * 0.3, axis=0)
+    c = tb.conv_2d(x, w, tb.int32_bias("stem/b", rng.uniform(-1, 1, 8), 0.05, tb.quant(w)[0]), stride=2,
+                   act="relu", q=(0.04, -128), name="stem")
+    dw = tb.int8_weights("dw/w", rng.uniform(-1, 1, (1, 3, 3, 8 * multiplier)) * 0.5, axis=3)
+    d = tb.depthwise_conv_2d(c, dw, tb.int32_bias("dw/b", rng.uniform(-1, 1, 8 * multiplier), 0.04, tb.quant(dw)[0]),
+                             padding=padding, act="relu", q=(0.03, -128), name="dw")
+    pw = tb.int8_weights("pw/w", rng.uniform(-1, 1, (8, 1, 1, 8 * multiplier)) * 0.5, axis=0)
+    p = tb.conv_2d(d, pw, tb.int32_bias("pw/b", rng.uniform(-1, 1, 8), 0.03, tb.quant(pw)[0]), act="relu",
+                   q=(0.03, -128), name="pw")
+    h, wd = tb.shape(p)[1:3]
+    a = tb.reshape(tb.average_pool_2d(p, (h, wd), name="pool"), [1, 8])
+    fw = tb.int8_const("fc/w", rng.uniform(-1, 1, (12, 8)) * 0.5, 1 / 127)
+    y = tb.fully_connected(a, fw, tb.int32_bias("fc/b", rng.uniform(-1, 1, 12), 0.03, 1 / 127), q=(0.1, 0), name="fc")
+    tb.mark_output(y)
+    return tb.to_bytes()
+
+
+@pytest.fixture(scope="module")
+def block(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dscnn")
+    path = root / "ds.tflite"
+    path.write_bytes(ds_block(np.random.default_rng(0), multiplier=2))
+    x = np.random.default_rng(1).integers(-128, 128, (128, 49, 10, 1)).astype(np.int8)
+    return path, root, x
+
+
+def test_ops_run_in_every_interpreter(block):
+    if len(ALL) < 3:
+        pytest.skip(f"needs the three TFLite interpreters, found {ALL}")
+    path, _, x = block
+    outs = []
+    for name in ALL:
+        r = runtime.load(path, name, xnnpack=False)
+        outs.append(np.stack([r.run_raw(xi[None]) for xi in x[:16]]))
+    assert len(np.unique(outs[0])) > 10  # not saturated: the comparison means something
+    for o in outs[1:]:
+        assert np.abs(o.astype(int) - outs[0]).max() <= 1
+
+
+def test_firmware_equals_tflite_micro_bit_for_bit(block):
+    pytest.importorskip("tflite_micro")
+    from edgeosc.bench.estimate import host_logits
+    path, root, x = block
+    generate(path, root / "ds", name="ds", features=None)
+    micro = runtime.load(path, "tflite-micro")
+    want = np.stack([micro.run_raw(xi[None]).ravel() for xi in x])
+    got = host_logits(root / "ds", "ds", x.reshape(len(x), -1), root / "work")
+    assert got.shape == want.shape == (128, 12)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_bad_depthwise_and_pool_graphs_are_refused():
+    g = read_graph(ds_block(np.random.default_rng(0)))
+    dw = next(op for op in g.ops if op.kind == "DEPTHWISE_CONV_2D")
+    w = g.tensors[dw.inputs[1]]
+    w.shape, w.data = (3, 3, 8, 1), w.data.reshape(3, 3, 8, 1)  # weights not [1, kh, kw, out_c]
+    with pytest.raises(UnsupportedGraph, match=r"dw: DEPTHWISE_CONV_2D weights must be \[1, kh, kw, out_c\]"):
+        lower(g)
+    g = read_graph(ds_block(np.random.default_rng(0)))
+    next(op for op in g.ops if op.kind == "DEPTHWISE_CONV_2D").options.padding = 7
+    with pytest.raises(UnsupportedGraph, match="dw: DEPTHWISE_CONV_2D padding 7 is neither SAME nor VALID"):
+        lower(g)
+    g = read_graph(ds_block(np.random.default_rng(0)))
+    next(op for op in g.ops if op.kind == "DEPTHWISE_CONV_2D").options.padding = 1  # VALID: the output is smaller
+    with pytest.raises(UnsupportedGraph, match="dw: DEPTHWISE_CONV_2D output size 25 does not follow"):
+        lower(g)
+    g = read_graph(ds_block(np.random.default_rng(0)))
+    pool = next(op for op in g.ops if op.kind == "AVERAGE_POOL_2D")
+    g.tensors[pool.outputs[0]].zp = np.array([5])
+    with pytest.raises(UnsupportedGraph, match="AVERAGE_POOL_2D needs the input's scale and zero point"):
+        lower(g)
+
+
+def test_emulated_cortex_m4_equals_tflite_micro(block):
+    """The DSP path of the stem and the pointwise convolution (in_c 1 and 8) inside a whole graph."""
+    import importlib.util
+    import shutil
+    pytest.importorskip("tflite_micro")
+    pytest.importorskip("unicorn")
+    if not (shutil.which("arm-none-eabi-gcc") or importlib.util.find_spec("ziglang")):
+        pytest.skip("no Thumb compiler: apt-get install gcc-arm-none-eabi, or pip install ziglang")
+    from edgeosc.bench.estimate import estimate_model
+    path, root, x = block
+    generate(path, root / "ds_m4", name="ds_m4", features=None)
+    want = runtime.load(path, "tflite-micro").run_raw(x[:1]).ravel()
+    est = estimate_model(root / "ds_m4", "ds_m4", x[0], ("cortex-m4",), root / "work", tflite=path, expected=want)
+    assert est["logits"] == want.tolist() and est["targets"]["cortex-m4"]["model"]["cycles"] > 0
+    assert est["macs"]["by_kind"]["DEPTHWISE_CONV_2D"] == 25 * 5 * 16 * 3 * 3  # per output: k_h k_w
