@@ -9,7 +9,7 @@ UNKNOWN, SILENCE = "_unknown_", "_silence_"
 KWS12_CLASSES = (SILENCE, UNKNOWN) + KEYWORDS  # the conventional 12-class Speech Commands task
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
-ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto")
+ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto", "ds-cnn")  # the model kinds; ds-cnn: no attention
 POSITIVE_MAPS = ("softplus", "elu1", "relu2", "taylor2")
 POLYNOMIAL_MAPS = ("taylor2",)  # positive maps with a finite feature map: the linear form needs one
 FORMS = ("direct", "linear")  # the oscillator core: T x T passes, or sums over keys (models/attention.py)

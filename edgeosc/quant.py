@@ -20,6 +20,7 @@ BLOCK_POINTS, IntegerLayerNorm.POINTS), so the two differ only by rounding. In p
   - a Linear reads its input through the quantizer of the point that produced it (shared, so the second
     pass is exact) and keeps its output float until the next point (the int32 accumulator).
 Kuramoto networks: only their Linear/Conv1d layers, input and logits (no integer form of the phase maths).
+DS-CNN: batch norms folded into the convolutions, a point after each ReLU (_quantize_dscnn).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from .config import QUANT_PRESETS, QuantConfig, to_dict
 from .integer.reference import LINEAR_P
 from .models.attention import (GATE_POINTS, LAYER_POINTS, LINEAR_GATE_POINTS, LINEAR_POINTS, QUANT_POINTS,
                                 SoftmaxAttention, unit)
+from .models.dscnn import DSCNN
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
 
@@ -161,6 +163,9 @@ def _quant_layer(layer: nn.Module, preset: Preset, input_quant=None, output_quan
         warnings.filterwarnings("ignore", "Keyword arguments are being passed")
         if isinstance(layer, nn.Linear):
             new = qnn.QuantLinear(layer.in_features, layer.out_features, **kw)
+        elif isinstance(layer, nn.Conv2d):
+            new = qnn.QuantConv2d(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
+                                  padding=layer.padding, dilation=layer.dilation, groups=layer.groups, **kw)
         else:
             new = qnn.QuantConv1d(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
                                   padding=layer.padding, dilation=layer.dilation, groups=layer.groups, **kw)
@@ -230,9 +235,31 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
     net.head = _quant_layer(net.head, preset, net.quant.proxy("pool"))
 
 
+def _quantize_dscnn(qat: QATModel, preset: Preset) -> None:
+    """Batch norms folded, a point after every ReLU (unsigned), each convolution reading its producer's point.
+    The stem reads the input's quantizer (QATModel.input_quant gives plain tensors here: the SAME padding
+    before the stem adds exact zeros)."""
+    net = qat.net.fold_batch_norms()
+    names = net.points()
+    net.quant = QuantPoints(names, preset, dict.fromkeys(names, preset.act_unsigned))
+    qat.input_quant.return_quant_tensor = False
+    net.stem = _quant_layer(net.stem, preset, qat.input_quant.act_quant)
+    producer = "stem"
+    for i, (dw, pw) in enumerate(zip(net.dw, net.pw)):
+        net.dw[i] = _quant_layer(dw, preset, net.quant.proxy(producer))
+        producer = f"dw{i}"
+        net.pw[i] = _quant_layer(pw, preset, net.quant.proxy(producer))
+        producer = f"pw{i}"
+    net.head = _quant_layer(net.head, preset, net.quant.proxy(producer))  # the pooled mean keeps its point
+
+
 def quantize_model(model: nn.Module, quant_cfg: QuantConfig) -> QATModel:
-    """The QAT twin of a float KWS network of any attention kind, with its float weights (the input is kept)."""
+    """The QAT twin of a float KWS network of any kind, with its float weights (the input is kept)."""
     preset, net = PRESETS[quant_cfg.preset], copy.deepcopy(model)
+    if isinstance(net, DSCNN):
+        qat = QATModel(net, quant_cfg)
+        _quantize_dscnn(qat, preset)
+        return qat
     if isinstance(net, KWSTransformer):
         _quantize_transformer(net, preset)
     else:  # Kuramoto: Linear/Conv1d layers only, each quantizing its own input
@@ -246,8 +273,11 @@ def quantize_model(model: nn.Module, quant_cfg: QuantConfig) -> QATModel:
 
 
 def float_model(model: QATModel) -> nn.Module:
-    """The float network holding a QAT model's (unquantized) weights, its LayerNorms folded (fold_norms)."""
+    """The float network holding a QAT model's (unquantized) weights, its LayerNorms folded (fold_norms), a
+    DS-CNN's batch norms folded."""
     net = build_model(model.cfg)
+    if isinstance(net, DSCNN):
+        net.fold_batch_norms()
     own = net.state_dict()
     missing = net.load_state_dict({k: v for k, v in model.net.state_dict().items() if k in own},
                                   strict=False).missing_keys

@@ -59,7 +59,15 @@ def test_qat_twin_holds_the_float_weights_and_maths(kind):
         torch.testing.assert_close(qat(x), model(x), atol=2e-5, rtol=1e-5)  # float32 reassociation
     with torch.no_grad():  # LayerNorm affines folded into the Linear layers: the same function
         torch.testing.assert_close(float_model(qat)(x), model(x), atol=1e-5, rtol=1e-5)
-    if kind != "kuramoto":
+    if kind == "ds-cnn":  # batch norms folded; every convolution reads its producer's point
+        from brevitas.nn import QuantConv2d
+        d = qat.net
+        assert sum(isinstance(m, QuantConv2d) for m in qat.modules()) == 1 + 2 * d.cfg.blocks
+        assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in qat.modules())
+        assert set(d.quant.points) == set(d.points()) and all(not p.act_quant.is_signed for p in d.quant.points.values())
+        assert d.stem.input_quant is qat.input_quant.act_quant and d.head.input_quant is d.quant.proxy(f"pw{d.cfg.blocks - 1}")
+        assert [m.input_quant for m in (d.dw[1], d.pw[1])] == [d.quant.proxy("pw0"), d.quant.proxy("dw1")]
+    elif kind != "kuramoto":
         base = "oscillator" if kind == "gated" else kind
         points = QUANT_POINTS[base] + LAYER_POINTS[base] + (GATE_POINTS if kind == "gated" else ())
         assert all(set(m.quant.points) == set(points) for m in qat.modules() if hasattr(m, "qkv"))

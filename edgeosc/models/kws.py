@@ -19,7 +19,10 @@ SIZES = {"small": (32, 4, 2), "medium": (80, 4, 3)}
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:
-    """Fill the dims left at 0 from the size preset."""
+    """Fill the dims left at 0 from the size preset (DS-CNN: its own presets, dscnn.SIZES)."""
+    if cfg.attention == "ds-cnn":
+        from .dscnn import resolve as resolve_dscnn
+        return resolve_dscnn(cfg)
     if cfg.size not in SIZES:
         raise ValueError(f"unknown model size {cfg.size!r}; choose from {sorted(SIZES)}")
     d, h, b = SIZES[cfg.size]
@@ -106,6 +109,9 @@ MODELS = {"oscillator": KWSTransformer, "softmax": KWSTransformer, "kuramoto": K
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
+    if cfg.attention == "ds-cnn":  # the baseline without attention (models/dscnn.py)
+        from .dscnn import DSCNN
+        return DSCNN(cfg)
     return MODELS[cfg.attention](cfg)
 
 

@@ -314,12 +314,19 @@ def _scale(quantizer) -> tuple[float, int]:
     return float(aq.scale()), 0 if aq.is_signed else -128
 
 
-def _networks(model: nn.Module) -> tuple[KWSTransformer, object]:
+def _networks(model: nn.Module) -> tuple[nn.Module, object]:
+    """The float network (norms folded) and the QAT model (or None) of a checkpoint's model."""
+    from ...models.dscnn import DSCNN
     from ...quant import float_model, fold_norms
     qat = model if hasattr(model, "quant_cfg") else None
-    net = float_model(qat) if qat is not None else fold_norms(copy.deepcopy(model))
-    if not isinstance(net, KWSTransformer):
-        raise ValueError(f"TFLite export takes oscillator/softmax transformers, not {type(net).__name__}")
+    if qat is not None:
+        net = float_model(qat)
+    elif isinstance(model, DSCNN):
+        net = copy.deepcopy(model).fold_batch_norms()
+    else:
+        net = fold_norms(copy.deepcopy(model))
+    if not isinstance(net, (KWSTransformer, DSCNN)):
+        raise ValueError(f"TFLite export takes oscillator/softmax transformers and DS-CNN, not {type(net).__name__}")
     return net.eval(), qat
 
 
@@ -347,6 +354,13 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     net, qat = _networks(ckpt.model)
+    if not isinstance(net, KWSTransformer):  # DS-CNN: convolutions only, no custom op
+        from . import dscnn
+        with torch.no_grad():
+            _save(dscnn.build(net), out_dir / "float.tflite")
+            if qat is not None:
+                _save(dscnn.build(qat.eval().net, qat), out_dir / "int8.tflite")
+        return out_dir
     with torch.no_grad():
         _save(Graph(net).build(), out_dir / "float.tflite")
         if qat is None:
