@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .config import (OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig, ExportConfig, FeatureConfig,
-                     ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind, to_dict)
+from .config import (MLPERF_FEATURES, OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig, ExportConfig,
+                     FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind, to_dict)
 from .io import write_json
 
 KINDS = ("oscillator", "softmax")
@@ -80,6 +80,8 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     model = spec.get("model", {})
     if model.get("attention", "oscillator") != "oscillator":  # another kind: the oscillator's defaults do not apply
         spec["model"] = {**OSCILLATOR_ONLY, **model}
+    if model.get("attention") == "ds-cnn":  # its own input unless the features are given
+        spec["features"] = {**to_dict(MLPERF_FEATURES), **spec.get("features", {})}
     if spec.get("data", {}).get("data_dir"):
         spec["data"]["data_dir"] = str(Path(spec["data"]["data_dir"]).expanduser().resolve())
     try:

@@ -60,6 +60,11 @@ def test_train_defaults_are_the_pipelines_per_kind():
         assert (model["form"], model["key_gate"]) == ("direct", False), kind
     assert_one_line_error(invoke("train", "--attention", "softmax", "--key-gate", "--print-config"),
                           "key_gate is an oscillator setting")
+    # DS-CNN reads MLPerf Tiny's 49 x 10 MFCC unless the features are given
+    feats = print_config("--attention", "ds-cnn")["features"]
+    assert (feats["n_mfcc"], feats["n_mels"], feats["f_max"]) == (10, 40, 4000.0)
+    assert print_config("--attention", "ds-cnn", "--set", "features.n_mfcc=13")["features"]["n_mfcc"] == 13
+    assert print_config()["features"]["n_mfcc"] == 0
 
 
 def test_every_config_field_reaches_train(tmp_path):
