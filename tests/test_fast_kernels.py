@@ -24,6 +24,11 @@ EDGE_SHAPES = [
     dict(op="CONV_2D", name="3x3 dilated, channels 4k+2", in_h=6, in_w=5, in_c=6, k_h=3, k_w=3, out_c=3, dil=2,
          act=(0, 90)),
     dict(op="CONV_2D", name="1x3 over time", in_h=1, in_w=9, in_c=8, k_h=1, k_w=3, out_c=4),
+    dict(op="DEPTHWISE_CONV_2D", name="depthwise 3x3", in_h=7, in_w=5, in_c=8, k_h=3, k_w=3, out_c=8),
+    dict(op="DEPTHWISE_CONV_2D", name="depthwise stride 2 dilated relu", in_h=9, in_w=6, in_c=12, k_h=3, k_w=2,
+         out_c=12, stride=2, dil=2, act=(-128, 40)),
+    dict(op="DEPTHWISE_CONV_2D", name="depthwise multiplier 2 (portable)", in_h=4, in_w=4, in_c=3, k_h=3, k_w=3,
+         out_c=6),
 ]
 
 
@@ -33,6 +38,12 @@ def test_dsp_path_equals_portable_path(core, tmp_path):
     rows = E.kernel_cycles(core, shapes=EDGE_SHAPES, work_dir=tmp_path, seed=3)
     assert [r["name"] for r in rows] == [s["name"] for s in EDGE_SHAPES]
     assert all(r["output"].size and r["cycles"] > 0 for r in rows)
+
+
+def test_dscnn_depthwise_is_faster_on_the_dsp_path(tmp_path):
+    shape = dict(op="DEPTHWISE_CONV_2D", name="ds-cnn depthwise", in_h=25, in_w=5, in_c=64, k_h=3, k_w=3, out_c=64)
+    (row,) = E.kernel_cycles("cortex-m4", shapes=[shape], work_dir=tmp_path)
+    assert row["speedup"] > 2.5 and row["macs"] == 25 * 5 * 64 * 9
 
 
 def test_default_kernels_are_faster_on_the_dsp_path(tmp_path):

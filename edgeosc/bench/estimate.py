@@ -431,7 +431,10 @@ int edgeosc_bench_conv(const int32_t *f, const int8_t *w, const int32_t *bias, c
   p.k_w = f[7], p.stride_h = f[8], p.stride_w = f[9], p.dil_h = f[10], p.dil_w = f[11], p.pad_top = f[12];
   p.pad_left = f[13], p.zp_in = f[14], p.zp_out = f[15], p.act_min = f[16], p.act_max = f[17];
   p.weights = w, p.bias = bias, p.rq.multiplier = mult, p.rq.shift = shift, p.rq.per_channel = 1;
-  edgeosc_conv2d_int8(&p, in, out, scratch);
+  if (f[18]) /* depthwise: weights [1, k_h, k_w, out_c] */
+    edgeosc_depthwise_conv_int8(&p, in, out);
+  else
+    edgeosc_conv2d_int8(&p, in, out, scratch);
   return 0;
 }
 """
@@ -454,8 +457,8 @@ def default_kernel_shapes() -> list[dict]:
 
 def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     """(driver function, its arguments, buffers, MACs) for one kernel spec with random int8 data. Optional keys:
-    "act" (act_min, act_max), "per_channel" (FULLY_CONNECTED), "stride" and "dil" (CONV_2D, SAME padding;
-    "MACs" counts the taps inside and outside the image alike)."""
+    "act" (act_min, act_max), "per_channel" (FULLY_CONNECTED), "stride" and "dil" (CONV_2D and
+    DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside and outside the image alike)."""
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     if spec["op"] == "FULLY_CONNECTED":
@@ -467,16 +470,19 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         channels = units if spec.get("per_channel", 0) else 1
         fn, words = "edgeosc_bench_fc", depth + 6  # EDGEOSC_FC_SCRATCH_WORDS
     else:
+        depthwise = spec["op"] == "DEPTHWISE_CONV_2D"
         h, wd, c, kh, kw, oc = (spec[k] for k in ("in_h", "in_w", "in_c", "k_h", "k_w", "out_c"))
         st, dil, (lo, hi) = spec.get("stride", 1), spec.get("dil", 1), spec.get("act", (-128, 127))
         oh, ow = -(-h // st), -(-wd // st)  # SAME padding (ComputePaddingWithOffset)
         pads = [max((o - 1) * st + (k - 1) * dil + 1 - n, 0) // 2 for o, k, n in ((oh, kh, h), (ow, kw, wd))]
         f = np.array([h, wd, c, oh, ow, oc, kh, kw, st, st, dil, dil, *pads,
-                      int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), lo, hi], np.int32)
-        w, x, macs, n_out, channels = i8(oc, kh, kw, c), i8(h, wd, c), oh * ow * kh * kw * c * oc, oh * ow * oc, oc
+                      int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), lo, hi, depthwise], np.int32)
+        w, x, n_out, channels = i8(1, kh, kw, oc) if depthwise else i8(oc, kh, kw, c), i8(h, wd, c), oh * ow * oc, oc
+        macs = oh * ow * kh * kw * oc * (1 if depthwise else c)
         fn, words = "edgeosc_bench_conv", kh * kw * c + 6 + (kh * kw * c + 1) // 2  # EDGEOSC_CONV_SCRATCH_WORDS
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
-    bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, w.shape[0]).astype(np.int32),
+    bias = rng.integers(-5000, 5000, n_out // (spec["rows"] if spec["op"] == "FULLY_CONNECTED" else oh * ow))
+    bufs = dict(f=f, w=w, bias=bias.astype(np.int32),
                 mult=np.array(mult, np.int32), shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8),
                 scratch=np.zeros(words, np.int32))
     return fn, ["f", "w", "bias", "mult", "shift", "x", "out", "scratch"], bufs, macs

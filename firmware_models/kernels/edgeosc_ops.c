@@ -1,6 +1,7 @@
 /* Int8 builtin ops (see edgeosc_ops.h). The portable loops follow TFLite's reference kernels; only the
  * integer results matter, and int32 accumulation is exact here (no overflow at these sizes), so the loop
- * order is free. CONV_2D and FULLY_CONNECTED have a DSP path (edgeosc_simd.h) with the same integers. */
+ * order is free. CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED have a DSP path (edgeosc_simd.h) with the
+ * same integers. */
 #include "edgeosc_ops.h"
 
 #include "edgeosc_attention.h"
@@ -181,9 +182,57 @@ void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *o
   }
 }
 
+#if EDGEOSC_DSP
+/* Depthwise with one output per input channel, four channels at a time: a tap's four inputs and four weights
+ * are one word each, widened by SXTB16 into lanes (c, c + 2) and (c + 1, c + 3), multiplied lane by lane
+ * (SMLABB / SMLATT: channels must not mix, so no SMLAD). Per output pixel the taps inside the image are listed
+ * once (input and weight offsets), for every channel group. */
+#define DEPTHWISE_MAX_TAPS 64
+
+static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
+  const int32_t C = p->out_c, zp2 = edgeosc_pair(-p->zp_in);
+  int32_t x_off[DEPTHWISE_MAX_TAPS], w_off[DEPTHWISE_MAX_TAPS];
+  int32_t oy, ox, c, ky, kx, t, taps;
+  for (oy = 0; oy < p->out_h; ++oy) {
+    for (ox = 0; ox < p->out_w; ++ox, out += C) {
+      for (taps = ky = 0; ky < p->k_h; ++ky) {
+        const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
+        for (kx = 0; kx < p->k_w && iy >= 0 && iy < p->in_h; ++kx) {
+          const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
+          if (ix < 0 || ix >= p->in_w) continue;
+          x_off[taps] = (iy * p->in_w + ix) * C, w_off[taps++] = (ky * p->k_w + kx) * C;
+        }
+      }
+      for (c = 0; c < C; c += 4) {
+        const int8_t *const xc = in + c, *const wc = p->weights + c;
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        if (p->bias) a0 = p->bias[c], a1 = p->bias[c + 1], a2 = p->bias[c + 2], a3 = p->bias[c + 3];
+        for (t = 0; t < taps; ++t) {
+          const int32_t ww = edgeosc_read4(wc + w_off[t]), we = __sxtb16(ww), wo = edgeosc_sxtb16_ror8(ww);
+          int32_t xe, xo;
+          edgeosc_widen4(edgeosc_read4(xc + x_off[t]), zp2, &xe, &xo);
+          a0 = __smlabb(xe, we, a0), a2 = __smlatt(xe, we, a2);
+          a1 = __smlabb(xo, wo, a1), a3 = __smlatt(xo, wo, a3);
+        }
+        out[c] = channel_out(&p->rq, c, a0, p->zp_out, p->act_min, p->act_max);
+        out[c + 1] = channel_out(&p->rq, c + 1, a1, p->zp_out, p->act_min, p->act_max);
+        out[c + 2] = channel_out(&p->rq, c + 2, a2, p->zp_out, p->act_min, p->act_max);
+        out[c + 3] = channel_out(&p->rq, c + 3, a3, p->zp_out, p->act_min, p->act_max);
+      }
+    }
+  }
+}
+#endif
+
 void edgeosc_depthwise_conv_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
   const int32_t multiplier = p->out_c / p->in_c;
   int32_t oy, ox, oc, ky, kx;
+#if EDGEOSC_DSP
+  if (multiplier == 1 && p->in_c % 4 == 0 && p->k_h * p->k_w <= DEPTHWISE_MAX_TAPS) {
+    depthwise_dsp(p, in, out);
+    return;
+  }
+#endif
   for (oy = 0; oy < p->out_h; ++oy) {
     for (ox = 0; ox < p->out_w; ++ox) {
       for (oc = 0; oc < p->out_c; ++oc) {
