@@ -8,8 +8,8 @@ last.pt); a stage whose inputs changed starts afresh; a failing stage stops the 
 keeping what earlier stages wrote.
 
 A TOML config holds every option, one table per config dataclass (config.py):
-    kinds = ["oscillator", "softmax"]
-    [data]      dataset, data_dir, ...          [features]  n_mels, ...
+    kinds = ["oscillator", "softmax", "ds-cnn"]
+    [data]      dataset, data_dir, ...          [features]  n_mels, ... (DS-CNN's: [dscnn_features])
     [model]     size, d_osc, p, ...             [train]     epochs, lr, ...
     [qat]       the QAT run's TrainConfig fields (default epochs 10, lr 3e-4)
     [quant]     preset, calibration_batches     [export]    opset
@@ -31,7 +31,7 @@ from .config import (MLPERF_FEATURES, OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, Bench
                      FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind, to_dict)
 from .io import write_json
 
-KINDS = ("oscillator", "softmax")
+KINDS = ("oscillator", "softmax", "ds-cnn")  # the attention models and the baseline users run today (MLPerf Tiny)
 MANIFEST = "stage.json"
 
 
@@ -50,10 +50,14 @@ class PipelineConfig:
     quant: QuantConfig = field(default_factory=QuantConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
+    dscnn_features: FeatureConfig = field(default_factory=lambda: MLPERF_FEATURES)  # DS-CNN's input: MLPerf's
 
     def __post_init__(self):
         if not self.kinds or set(self.kinds) - set(KINDS):
             raise ValueError(f"kinds must be a non-empty subset of {list(KINDS)}, not {list(self.kinds)}")
+
+    def features_of(self, kind: str) -> FeatureConfig:
+        return self.dscnn_features if kind == "ds-cnn" else self.features
 
 
 class PipelineError(RuntimeError):
@@ -139,7 +143,7 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
     keys = {}
     for kind in cfg.kinds:
         model = model_of_kind(cfg.model, kind)
-        common = dict(data=data["key"], model=to_dict(model), features=to_dict(cfg.features))
+        common = dict(data=data["key"], model=to_dict(model), features=to_dict(cfg.features_of(kind)))
         trained = yield Stage(f"train-{kind}", dict(common, train=to_dict(cfg.train)),
                               lambda f, m=model: impl.train_float(cfg, m, run_dir, f, cache_dir, progress))
         qat = yield Stage(f"qat-{kind}", dict(float=trained["key"], qat=to_dict(cfg.qat), quant=to_dict(cfg.quant)),

@@ -1,5 +1,5 @@
-"""The oscillator-vs-softmax report of a pipeline run: Markdown, JSON and plots, every figure labelled
-measured (on this machine or a board) or estimated (emulation x datasheet)."""
+"""The report of a pipeline run (oscillator against softmax, and DS-CNN when it ran): Markdown, JSON and plots,
+every figure labelled measured (on this machine or a board) or estimated (emulation x datasheet)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from .io import atomic_path, write_json
+from .stages import firmware_name
 
 
 def _stage(run_dir: Path, name: str) -> dict | None:
@@ -24,7 +25,7 @@ def _json(path: Path) -> dict | None:
 def collect(run_dir: str | Path, board_results: list[str | Path] = ()) -> dict:
     """Everything the report shows, read from the stage outputs (and bench JSONs measured on boards)."""
     run_dir = Path(run_dir)
-    kinds = [k for k in ("oscillator", "softmax") if (run_dir / f"qat-{k}").is_dir()]
+    kinds = [k for k in ("oscillator", "softmax", "ds-cnn") if (run_dir / f"qat-{k}").is_dir()]
     out = dict(run=str(run_dir), created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), kinds=kinds,
                data=_stage(run_dir, "data"), models={}, bench=_json(run_dir / "bench" / "bench.json"),
                boards=[dict(_json(Path(p)) or {}, source=str(p)) for p in board_results])
@@ -33,7 +34,7 @@ def collect(run_dir: str | Path, board_results: list[str | Path] = ()) -> dict:
                                 export=_stage(run_dir, f"export-{k}"),
                                 parity=_json(run_dir / f"parity-{k}" / "parity.json"),
                                 estimate=_json(run_dir / f"estimate-{k}" / "estimate.json"),
-                                firmware=_json(run_dir / f"export-{k}" / f"kws_{k}" / "firmware.json"))
+                                firmware=_json(run_dir / f"export-{k}" / firmware_name(k) / "firmware.json"))
     out["scaling"] = _json(run_dir / "scaling" / "scaling.json")
     return out
 
@@ -54,6 +55,11 @@ def _estimates(r: dict) -> list[dict]:
     return rows
 
 
+# MLPerf Tiny v0.5, keyword spotting, DS-CNN on the STM32L4R5 (NUCLEO-L4R5ZI), the reference submission's
+# measured latency and energy per inference (MLPerf Tiny inference v0.5 results).
+MLPERF_DSCNN = dict(latency_ms=181.9, energy_uj=7372)
+
+
 def _estimate_lines(r: dict) -> list[str]:
     rows = _estimates(r)
     if not rows:
@@ -70,9 +76,9 @@ def _estimate_lines(r: dict) -> list[str]:
              "| core | device | model | Mcycles | latency ms | energy µJ | attention ms | attention µJ | cycles/MAC |",
              "|---|---|---|---|---|---|---|---|---|"]
     for (core, dev, kind), x in by.items():
+        att = "- | -" if x["attention_ms"] is None else f"{x['attention_ms']:.2f} | {x['attention_uj']:.0f}"
         lines.append(f"| {core} | {dev} @ {x['clock_mhz']:.0f} MHz | {kind} | {x['cycles'] / 1e6:.2f} | "
-                     f"{x['latency_ms']:.2f} | {x['energy_uj']:.0f} | {x['attention_ms'] or 0:.2f} | "
-                     f"{x['attention_uj'] or 0:.0f} | {x['cycles_per_mac']:.1f} |")
+                     f"{x['latency_ms']:.2f} | {x['energy_uj']:.0f} | {att} | {x['cycles_per_mac']:.1f} |")
     refs = {k: (r["models"][k]["estimate"] or {}).get("portable_reference") for k in r["kinds"]}
     m4 = {k: next((x for (c, _, kk), x in by.items() if c == "cortex-m4" and kk == k), None) for k in r["kinds"]}
     pairs = [(k, refs[k], m4[k]) for k in r["kinds"] if refs[k] and m4[k]]
@@ -90,6 +96,21 @@ def _estimate_lines(r: dict) -> list[str]:
             f"{core}: energy {by[(core, dev, 'oscillator')]['energy_uj'] / by[(core, dev, 'softmax')]['energy_uj']:.2f}x"
             f" (attention {by[(core, dev, 'oscillator')]['attention_uj'] / by[(core, dev, 'softmax')]['attention_uj']:.2f}x)"
             for core, dev in dict.fromkeys(pairs) if by[(core, dev, 'softmax')]['attention_uj'])]
+    ds = [(core, dev) for core, dev in first.items() if (core, dev, "ds-cnn") in by]
+    if ds:
+        lines += ["", "Each model / DS-CNN, energy per inference (estimated): " + "; ".join(
+            f"{core}: " + ", ".join(f"{k} {by[(core, dev, k)]['energy_uj'] / by[(core, dev, 'ds-cnn')]['energy_uj']:.2f}x"
+                                    for k in r["kinds"] if k != "ds-cnn" and (core, dev, k) in by)
+            for core, dev in ds)]
+    cal = by.get(("cortex-m4", "stm32l4r5", "ds-cnn"))
+    if cal:
+        lat, uj = cal["latency_ms"] / MLPERF_DSCNN["latency_ms"], cal["energy_uj"] / MLPERF_DSCNN["energy_uj"]
+        lines += ["", f"**The estimator's known error bar.** DS-CNN, the model MLPerf Tiny measured on this board: "
+                      f"estimated here {cal['latency_ms']:.1f} ms and {cal['energy_uj']:,.0f} µJ, measured by MLPerf Tiny "
+                      f"v0.5's reference (TFLite Micro with CMSIS-NN) {MLPERF_DSCNN['latency_ms']} ms and "
+                      f"{MLPERF_DSCNN['energy_uj']:,} µJ: **{lat:.2f}x** the latency, **{uj:.2f}x** the energy. No "
+                      "correction is applied; what the emulator leaves out (flash wait states, bus, the interpreter) "
+                      "and the kernels' differences: docs/results.md#ds-cnn."]
     return lines
 
 
@@ -130,7 +151,8 @@ def _ratio(a, b) -> str:
 
 def markdown(r: dict) -> str:
     kinds, m = r["kinds"], r["models"]
-    lines = ["# edgeosc report: oscillator vs softmax attention", "",
+    lines = ["# edgeosc report: " + " vs ".join({"oscillator": "oscillator attention", "softmax": "softmax attention",
+                                                   "ds-cnn": "DS-CNN"}.get(k, k) for k in kinds), "",
              f"Run `{r['run']}`, written {r['created']}."]
     if r["data"]:
         c = r["data"]["clips"]
@@ -185,11 +207,15 @@ def markdown(r: dict) -> str:
         s = r["bench"]["system"]
         lines += ["", f"## Latency, batch 1 (measured on this machine: {s['cpu']}, {s['cores']} cores, "
                       f"{r['bench']['config']['threads']} thread)", "",
-                  "Median of interleaved runs, oscillator and softmax alternating.", "",
-                  "| file | runtime | oscillator ms | softmax ms | oscillator / softmax |", "|---|---|---|---|---|"]
+                  "Median of interleaved runs, the models alternating.", ""]
+        ds = any("ds-cnn" in row for row in r["bench"]["latency"])
+        lines += ["| file | runtime | oscillator ms | softmax ms | oscillator / softmax |"
+                  + (" DS-CNN ms | oscillator / DS-CNN |" if ds else ""), "|---|---|---|---|---|" + ("---|---|" if ds else "")]
         for row in r["bench"]["latency"]:
             lines.append(f"| {row['file']} | {row['runtime']} | {row['oscillator']['median_ms']:.3f} | "
-                         f"{row['softmax']['median_ms']:.3f} | {row['ratio']:.2f}x |")
+                         f"{row['softmax']['median_ms']:.3f} | {row['ratio']:.2f}x |"
+                         + ((f" {row['ds-cnn']['median_ms']:.3f} | {row['ratio_dscnn']:.2f}x |" if "ds-cnn" in row
+                             else " - | - |") if ds else ""))
     lines += _estimate_lines(r) + _scaling_lines(r)
     for board in r["boards"]:
         s = board.get("system", {})
@@ -226,8 +252,11 @@ def plot_latency(r: dict, path: Path) -> Path | None:
     labels = [f"{x['file']}\n{x['runtime']}" for x in rows]
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [x["oscillator"]["median_ms"] for x in rows], 0.4, label="oscillator")
-    ax.bar([x + 0.2 for x in xs], [x["softmax"]["median_ms"] for x in rows], 0.4, label="softmax")
+    kinds = ["oscillator", "softmax"] + (["ds-cnn"] if any("ds-cnn" in x for x in rows) else [])
+    width = 0.8 / len(kinds)
+    for i, k in enumerate(kinds):
+        ax.bar([x + (i - (len(kinds) - 1) / 2) * width for x in xs],
+               [x[k]["median_ms"] if k in x else 0.0 for x in rows], width, label=k)
     ax.set_xticks(list(xs), labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("median latency, batch 1 (ms)")
     ax.set_yscale("log")
@@ -249,7 +278,7 @@ def plot_estimates(r: dict, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for kind, marker in (("oscillator", "o"), ("softmax", "s")):
+    for kind, marker in (("oscillator", "o"), ("softmax", "s"), ("ds-cnn", "D")):
         acc = (r["models"].get(kind, {}).get("qat") or {}).get("test_accuracy")
         pts = [x for x in rows if x["kind"] == kind]
         if acc is not None and pts:

@@ -27,8 +27,9 @@ def data(cfg, folder: Path, cache_dir, progress: bool) -> dict:
 
 def train_float(cfg, model_cfg, run_dir: Path, folder: Path, cache_dir, progress: bool) -> dict:
     from .train import train
-    res = train(_dataset(cfg, cache_dir), folder, model_cfg=model_cfg, feature_cfg=cfg.features,
-                train_cfg=cfg.train, data_cfg=cfg.data, resume=True, progress=progress)
+    res = train(_dataset(cfg, cache_dir), folder, model_cfg=model_cfg,
+                feature_cfg=cfg.features_of(model_cfg.attention), train_cfg=cfg.train, data_cfg=cfg.data, resume=True,
+                progress=progress)
     return _accuracy(res)
 
 
@@ -50,7 +51,7 @@ def _accuracy(res: dict) -> dict:
 
 
 def firmware_name(kind: str) -> str:
-    return f"kws_{kind}"
+    return f"kws_{kind.replace('-', '_')}"  # a C identifier
 
 
 def export_all(cfg, kind: str, qat_dir: Path, folder: Path) -> dict:
@@ -132,15 +133,15 @@ def scaling(cfg, folder: Path) -> dict:
 
 
 def bench(cfg, run_dir: Path, folder: Path) -> dict:
-    """Latency of every exported file on every installed runtime, oscillator and softmax interleaved."""
+    """Latency of every exported file on every installed runtime, oscillator, softmax (and DS-CNN) interleaved."""
     from .bench.latency import compare
-    kinds = list(cfg.kinds)
-    if kinds != ["oscillator", "softmax"]:
-        return dict(skipped="the latency comparison needs both kinds")
-    rows = compare(run_dir / "export-oscillator" / "tflite", run_dir / "export-softmax" / "tflite",
-                   cfg.bench.runs, cfg.bench.threads, echo=lambda *_: None)
-    rows += compare(run_dir / "export-oscillator" / "onnx", run_dir / "export-softmax" / "onnx",
-                    cfg.bench.runs, cfg.bench.threads, echo=lambda *_: None)
+    if not {"oscillator", "softmax"} <= set(cfg.kinds):
+        return dict(skipped="the latency comparison needs the oscillator and softmax")
+    rows = []
+    for fmt in ("tflite", "onnx"):
+        ds = run_dir / "export-ds-cnn" / fmt if "ds-cnn" in cfg.kinds else None
+        rows += compare(run_dir / "export-oscillator" / fmt, run_dir / "export-softmax" / fmt, cfg.bench.runs,
+                        cfg.bench.threads, echo=lambda *_: None, dscnn=ds)
     from .bench.system import system_info
     report = dict(system=system_info(), latency=rows, config=to_dict(cfg.bench))
     write_json(folder / "bench.json", report)

@@ -46,8 +46,14 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
     cfg = load_config(None, FAST)
     text = (whole / "report" / "report.md").read_text()
     for section in ("## Accuracy", "## Model files", "## Parity", "## Latency", "linear / softmax",
-                    "### Builtin kernels alone", "portable loops only"):
+                    "### Builtin kernels alone", "portable loops only", "DS-CNN ms", "Each model / DS-CNN",
+                    "The estimator's known error bar"):
         assert section in text
+    # DS-CNN, the baseline: MLPerf's 49 x 10 MFCC, its builtin int8 file in every interpreter, its firmware
+    ds = json.loads((whole / "parity-ds-cnn" / "parity.json").read_text())
+    assert ds["int8_file"] == "int8.tflite" and len(ds["int8_tflite_accuracy"]) == 3
+    assert stage(whole, "train-ds-cnn")["results"]["attention"] == "ds-cnn"
+    assert json.loads((whole / "export-ds-cnn" / "kws_ds_cnn" / "firmware.json").read_text())["calls"] > 0
     # the pipeline's oscillator is the linear core: its int8 file is the custom op's, checked in tflite-runtime
     parity = json.loads((whole / "parity-oscillator" / "parity.json").read_text())
     assert parity["int8_file"] == "int8_custom.tflite" and list(parity["int8_tflite_accuracy"]) == ["tflite-runtime"]

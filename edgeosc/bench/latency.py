@@ -173,23 +173,31 @@ def baseline_name(name: str) -> str:
 
 
 def compare(oscillator: str | Path, softmax: str | Path, runs: int = 200, threads: int = 1,
-            echo=print) -> list[dict]:
-    """Each oscillator file against the softmax file of the same kind, on every runtime that takes both."""
+            echo=print, dscnn: str | Path | None = None) -> list[dict]:
+    """Each oscillator file against the softmax file of the same kind, on every runtime that takes both; with
+    `dscnn` (a DS-CNN export folder) its file of the same kind runs in the same interleaved loop ("ds-cnn",
+    "ratio_dscnn": oscillator / DS-CNN)."""
     soft = {f.name: f for f in export_files(softmax)}
+    ds = {f.name: f for f in export_files(dscnn)} if dscnn is not None else {}
     rows = []
     for f in export_files(oscillator):
         base = soft.get(baseline_name(f.name))
         if base is None:
             continue
+        other = ds.get(baseline_name(f.name))
         for rt in runtimes_for(f):
-            osc, sm = measure([prepare(f, rt, threads), prepare(base, rt, threads)], runs)
+            models = [prepare(f, rt, threads), prepare(base, rt, threads)]
+            osc, sm, *more = measure(models + ([prepare(other, rt, threads)] if other else []), runs)
             rows.append(dict(file=f.name, softmax_file=base.name, runtime=rt, threads=threads, oscillator=osc,
                              softmax=sm, ratio=osc["median_ms"] / sm["median_ms"]))
+            if more:
+                rows[-1].update({"ds-cnn": more[0], "ratio_dscnn": osc["median_ms"] / more[0]["median_ms"]})
     if not rows:
         raise FileNotFoundError(f"{oscillator} and {softmax} have no model file of the same kind")
     echo(f"batch 1, {threads} thread(s), median of {runs} interleaved runs (ms)")
-    echo(f"{'file':<20}{'runtime':<16}{'oscillator':>11}{'softmax':>10}{'ratio':>8}")
+    echo(f"{'file':<20}{'runtime':<16}{'oscillator':>11}{'softmax':>10}{'ratio':>8}" + (f"{'DS-CNN':>9}" if ds else ""))
     for r in rows:
         echo(f"{r['file']:<20}{r['runtime']:<16}{r['oscillator']['median_ms']:>11.3f}"
-             f"{r['softmax']['median_ms']:>10.3f}{r['ratio']:>7.2f}x")
+             f"{r['softmax']['median_ms']:>10.3f}{r['ratio']:>7.2f}x"
+             + (f"{r['ds-cnn']['median_ms']:>9.3f}" if "ds-cnn" in r else ""))
     return rows

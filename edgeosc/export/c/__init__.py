@@ -309,8 +309,7 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     out_dir, with the front end of the checkpoint's own features (<name>_frontend.c); returns out_dir."""
     import torch
 
-    from ..tflite import Graph as TFLiteGraph
-    from ..tflite import linear_form
+    from ..tflite import firmware_int8
 
     model = ckpt.model
     if not hasattr(model, "quant_cfg"):
@@ -318,9 +317,9 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         model.eval()
-        linear = linear_form(model)
-        path = Path(tmp) / ("int8_custom.tflite" if linear else "int8.tflite")
-        path.write_bytes(TFLiteGraph(model.net, model, custom_core=linear).build())
+        name, data = firmware_int8(model)
+        path = Path(tmp) / name
+        path.write_bytes(data)
         generate(path, out_dir, features=ckpt.feature_cfg)
         (out_dir / path.name).write_bytes(path.read_bytes())
     return out_dir

@@ -337,6 +337,17 @@ def int8_file(folder: str | Path) -> Path:
     return builtin if builtin.is_file() or not (folder / "int8_custom.tflite").is_file() else folder / "int8_custom.tflite"
 
 
+def firmware_int8(qat: nn.Module) -> tuple[str, bytes]:
+    """The int8 file a QAT model's C firmware is generated from, (name, flatbuffer): int8.tflite, or a
+    linear-form model's int8_custom.tflite (its core has no builtin graph)."""
+    from ...models.dscnn import DSCNN
+    if isinstance(qat.net, DSCNN):
+        from . import dscnn
+        return "int8.tflite", dscnn.build(qat.net, qat)
+    linear = linear_form(qat)
+    return ("int8_custom.tflite" if linear else "int8.tflite"), Graph(qat.net, qat, custom_core=linear).build()
+
+
 def linear_form(model: nn.Module) -> bool:
     """Whether a model has linear-form oscillator layers (no builtin-op int8 graph; docs/maths.md#integer-linear-core)."""
     return any(isinstance(m, OscillatorAttention) and m.form == "linear" for m in model.modules())
