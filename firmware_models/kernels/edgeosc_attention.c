@@ -299,12 +299,21 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const i
       sc[1] += (uint32_t)(kk * r1);
     }
   }
-  /* readout: g [1, cos m f, sin m f] (Q15 times the gate, over 2^8) x [v, 1] */
+  /* readout: g [1, cos m f, sin m f] (Q15 times the gate, over 2^8) x [v, 1]; a harmonic's cos and sin rows
+   * together, sharing each value */
   harmonics_q15(r, p->p, harm);
-  for (m = 0; m < nr; ++m, sr += dv + 1) {
-    const int32_t u = sign * (m == 0 ? gate * 128 : (gate * harm[m - 1] + 128) >> 8);
-    for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(u * (v[d] - zv));
-    sr[dv] += (uint32_t)u;
+  for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(sign * gate * 128 * (v[d] - zv));
+  sr[dv] += (uint32_t)(sign * gate * 128);
+  for (m = 0, sr += dv + 1; m < nr - 1; m += 2, sr += 2 * (dv + 1)) {
+    const int32_t uc = sign * ((gate * harm[m] + 128) >> 8), us = sign * ((gate * harm[m + 1] + 128) >> 8);
+    uint32_t *const ss = sr + dv + 1;
+    for (d = 0; d < dv; ++d) {
+      const int32_t vd = v[d] - zv;
+      sr[d] += (uint32_t)(uc * vd);
+      ss[d] += (uint32_t)(us * vd);
+    }
+    sr[dv] += (uint32_t)uc;
+    ss[dv] += (uint32_t)us;
   }
 }
 
@@ -313,7 +322,7 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
   const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
   const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh), *w = kWeights[p->p];
   int64_t h0, h1, num, den, inv;
-  int32_t beta[9], harm[8], hh[2], two_c1 = 2 * p->c1, a, b, m, d, e, dn, nd, shift;
+  int32_t beta[9], harm[8], hh[2], two_c1 = 2 * p->c1, a, b, m, d, n, e, dn, nd, shift;
   const int32_t zq = p->zp_q;
   int8_t z[2];
   /* 1: h = 2 sum_j (2/s^2) taylor2(s Q.K_j) r_j = c1^2 R + 2 c1 Q.KR + sum_ab (2|4) Q_a Q_b KKR_ab */
@@ -356,13 +365,20 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
   dn = (int32_t)shift_round64(den, e);
   inv = div_q21((uint32_t)p->rq_out.multiplier, (uint32_t)dn);
   shift = 52 - p->rq_out.shift;
-  for (d = 0; d < dv; ++d) {
-    num = 0;
-    for (m = 0; m < nr; ++m) num += (int64_t)beta[m] * sr[m * (dv + 1) + d];
-    if (e <= 0) /* a left shift of a numerator beyond 2^40 saturates anyway */
-      num = num < -((int64_t)1 << 40) ? -((int64_t)1 << 40) : num > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : num;
-    nd = sat32(shift_round64(num, e));
-    out[d] = clamp8((int32_t)shift_round64((int64_t)nd * inv, shift) + p->zp_out);
+  for (d = 0; d < dv; d += 2) { /* two numerators at a time share each beta */
+    int64_t nums[2] = {0, 0};
+    const int two = d + 1 < dv;
+    for (m = 0; m < nr; ++m) {
+      nums[0] += (int64_t)beta[m] * sr[m * (dv + 1) + d];
+      nums[1] += (int64_t)beta[m] * sr[m * (dv + 1) + d + two]; /* the last value twice when dv is odd */
+    }
+    for (n = 0; n <= two; ++n) {
+      num = nums[n];
+      if (e <= 0) /* a left shift of a numerator beyond 2^40 saturates anyway */
+        num = num < -((int64_t)1 << 40) ? -((int64_t)1 << 40) : num > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : num;
+      nd = sat32(shift_round64(num, e));
+      out[d + n] = clamp8((int32_t)shift_round64((int64_t)nd * inv, shift) + p->zp_out);
+    }
   }
 }
 
