@@ -86,7 +86,8 @@ def _estimate_lines(r: dict) -> list[str]:
         lines += ["", "The same C on Cortex-M4 with the portable loops only (`-DEDGEOSC_PORTABLE`) against the DSP "
                   "paths it ships with: " + "; ".join(
                       f"{k} {ref['cycles'] / 1e6:.2f} -> {x['cycles'] / 1e6:.2f} Mcycles "
-                      f"({ref['cycles_per_mac']:.1f} -> {x['cycles_per_mac']:.1f} cycles/MAC)" for k, ref, x in pairs) + "."]
+                      f"({ref['cycles_per_mac']:.1f} -> {x['cycles_per_mac']:.1f} cycles/MAC)"
+                      for k, ref, x in pairs) + "."]
     first = {}  # one device per core: the ratio does not depend on the clock
     for core, dev, kind in by:
         first.setdefault(core, dev)
@@ -98,16 +99,17 @@ def _estimate_lines(r: dict) -> list[str]:
             for core, dev in dict.fromkeys(pairs) if by[(core, dev, 'softmax')]['attention_uj'])]
     ds = [(core, dev) for core, dev in first.items() if (core, dev, "ds-cnn") in by]
     if ds:
+        energy = lambda core, dev, k: by[(core, dev, k)]["energy_uj"]  # noqa: E731
         lines += ["", "Each model / DS-CNN, energy per inference (estimated): " + "; ".join(
-            f"{core}: " + ", ".join(f"{k} {by[(core, dev, k)]['energy_uj'] / by[(core, dev, 'ds-cnn')]['energy_uj']:.2f}x"
+            f"{core}: " + ", ".join(f"{k} {energy(core, dev, k) / energy(core, dev, 'ds-cnn'):.2f}x"
                                     for k in r["kinds"] if k != "ds-cnn" and (core, dev, k) in by)
             for core, dev in ds)]
     cal = by.get(("cortex-m4", "stm32l4r5", "ds-cnn"))
     if cal:
         lat, uj = cal["latency_ms"] / MLPERF_DSCNN["latency_ms"], cal["energy_uj"] / MLPERF_DSCNN["energy_uj"]
         lines += ["", f"**The estimator's known error bar.** DS-CNN, the model MLPerf Tiny measured on this board: "
-                      f"estimated here {cal['latency_ms']:.1f} ms and {cal['energy_uj']:,.0f} µJ, measured by MLPerf Tiny "
-                      f"v0.5's reference (TFLite Micro with CMSIS-NN) {MLPERF_DSCNN['latency_ms']} ms and "
+                      f"estimated here {cal['latency_ms']:.1f} ms and {cal['energy_uj']:,.0f} µJ, measured by "
+                      f"MLPerf Tiny v0.5's reference (TFLite Micro with CMSIS-NN) {MLPERF_DSCNN['latency_ms']} ms and "
                       f"{MLPERF_DSCNN['energy_uj']:,} µJ: **{lat:.2f}x** the latency, **{uj:.2f}x** the energy. No "
                       "correction is applied; what the emulator leaves out (flash wait states, bus, the interpreter) "
                       "and the kernels' differences: docs/results.md#ds-cnn."]
@@ -133,7 +135,8 @@ def _scaling_lines(r: dict) -> list[str]:
     if sc.get("kernels"):
         lines += ["", f"### Builtin kernels alone ({sc['core']}, estimated)", "",
                   "At the default model's shapes, random int8 data; the DSP path (SXTB16 / SMLAD, "
-                  "`firmware_models/kernels/edgeosc_simd.h`) checked equal to the portable reference path, bit for bit. "
+                  "`firmware_models/kernels/edgeosc_simd.h`) checked equal to the portable reference path, bit for "
+                  "bit. "
                   "The floor is about 1 cycle per MAC (docs/results.md#fast-kernels).", "",
                   "| op | layer | MACs | cycles/MAC | portable cycles/MAC | speedup |", "|---|---|---|---|---|---|"]
         lines += [f"| {k['op']} | {k['name']} | {k['macs']:,} | {k['cycles_per_mac']:.2f} | "
@@ -210,7 +213,8 @@ def markdown(r: dict) -> str:
                   "Median of interleaved runs, the models alternating.", ""]
         ds = any("ds-cnn" in row for row in r["bench"]["latency"])
         lines += ["| file | runtime | oscillator ms | softmax ms | oscillator / softmax |"
-                  + (" DS-CNN ms | oscillator / DS-CNN |" if ds else ""), "|---|---|---|---|---|" + ("---|---|" if ds else "")]
+                  + (" DS-CNN ms | oscillator / DS-CNN |" if ds else ""),
+                  "|---|---|---|---|---|" + ("---|---|" if ds else "")]
         for row in r["bench"]["latency"]:
             lines.append(f"| {row['file']} | {row['runtime']} | {row['oscillator']['median_ms']:.3f} | "
                          f"{row['softmax']['median_ms']:.3f} | {row['ratio']:.2f}x |"

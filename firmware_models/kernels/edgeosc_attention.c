@@ -111,8 +111,10 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
       int32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
       for (j = 0; j + 1 < T; j += 2) {
         const int32_t a = (int32_t)(((uint32_t)(row[j] - za) & 0xFFFFu) | ((uint32_t)(row[j + 1] - za) << 16));
-        const int32_t w0 = edgeosc_read4(vh + (size_t)j * dv + d), w1 = edgeosc_read4(vh + (size_t)(j + 1) * dv + d);
-        const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1), o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
+        const int32_t w0 = edgeosc_read4(vh + (size_t)j * dv + d);
+        const int32_t w1 = edgeosc_read4(vh + (size_t)(j + 1) * dv + d);
+        const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1);
+        const int32_t o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
         acc0 = __smlad(a, (int32_t)(((uint32_t)e0 & 0xFFFFu) | ((uint32_t)e1 << 16)), acc0); /* lanes d */
         acc1 = __smlad(a, (int32_t)(((uint32_t)o0 & 0xFFFFu) | ((uint32_t)o1 << 16)), acc1); /* d + 1 */
         acc2 = __smlad(a, (int32_t)(((uint32_t)e0 >> 16) | ((uint32_t)e1 & 0xFFFF0000u)), acc2); /* d + 2 */
@@ -256,6 +258,7 @@ static int bitlen64(uint64_t x) {
 #endif
 }
 
+/* x / 2^e rounded half up (e > 0), x * 2^-e (e <= 0). */
 static int64_t shift_round64(int64_t x, int e) {
   return e > 0 ? (x + ((int64_t)1 << (e - 1))) >> e : (int64_t)((uint64_t)x << -e);
 }

@@ -24,6 +24,7 @@ static int8_t channel_out(const EdgeoscChannelRequant *rq, int32_t c, int32_t ac
  * their TFLite layout, two rows by two weight rows at a time. Each input row is widened once into int16
  * pairs in the lanes SXTB16 gives a weight word, (x0, x2) and (x1, x3), so a weight word takes one load,
  * two SXTB16 and feeds four SMLAD (two per input row). No repacking of the weights is needed. */
+
 /* Rows a and b (depth int8 values, minus zp) widened and interleaved for dot_2x2: per 4 values a's two
  * pairs then b's, then the last depth % 4 values as int32s, a's and b's alternating. */
 static void widen_rows(const int8_t *a, const int8_t *b, int32_t depth, int32_t zp, int32_t *out) {
@@ -127,9 +128,8 @@ static void conv_patch(const EdgeoscConvParams *p, const int8_t *in, int32_t o, 
     const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
     for (kx = 0; kx < p->k_w; ++kx) {
       const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
-      const int8_t *x = in + (iy * p->in_w + ix) * p->in_c;
       if (iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w)
-        for (ic = 0; ic < p->in_c; ++ic) patch[n++] = x[ic];
+        for (ic = 0; ic < p->in_c; ++ic) patch[n++] = in[(iy * p->in_w + ix) * p->in_c + ic];
       else
         for (ic = 0; ic < p->in_c; ++ic) patch[n++] = (int8_t)p->zp_in;
     }
