@@ -466,7 +466,7 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         lo, hi = spec.get("act", (-128, 127))
         f = np.array([rows, depth, units, int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), lo, hi,
                       int(spec.get("per_channel", 0))], np.int32)
-        w, x, macs, n_out = i8(units, depth), i8(rows, depth), rows * depth * units, rows * units
+        w, x, macs, n_out, n_bias = i8(units, depth), i8(rows, depth), rows * depth * units, rows * units, units
         channels = units if spec.get("per_channel", 0) else 1
         fn, words = "edgeosc_bench_fc", depth + 6  # EDGEOSC_FC_SCRATCH_WORDS
     else:
@@ -477,14 +477,13 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         pads = [max((o - 1) * st + (k - 1) * dil + 1 - n, 0) // 2 for o, k, n in ((oh, kh, h), (ow, kw, wd))]
         f = np.array([h, wd, c, oh, ow, oc, kh, kw, st, st, dil, dil, *pads,
                       int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), lo, hi, depthwise], np.int32)
-        w, x, n_out, channels = i8(1, kh, kw, oc) if depthwise else i8(oc, kh, kw, c), i8(h, wd, c), oh * ow * oc, oc
+        w, x, n_out = i8(1, kh, kw, oc) if depthwise else i8(oc, kh, kw, c), i8(h, wd, c), oh * ow * oc
+        n_bias = channels = oc
         macs = oh * ow * kh * kw * oc * (1 if depthwise else c)
         fn, words = "edgeosc_bench_conv", kh * kw * c + 6 + (kh * kw * c + 1) // 2  # EDGEOSC_CONV_SCRATCH_WORDS
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
-    bias = rng.integers(-5000, 5000, n_out // (spec["rows"] if spec["op"] == "FULLY_CONNECTED" else oh * ow))
-    bufs = dict(f=f, w=w, bias=bias.astype(np.int32),
-                mult=np.array(mult, np.int32), shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8),
-                scratch=np.zeros(words, np.int32))
+    bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, n_bias).astype(np.int32), mult=np.array(mult, np.int32),
+                shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8), scratch=np.zeros(words, np.int32))
     return fn, ["f", "w", "bias", "mult", "shift", "x", "out", "scratch"], bufs, macs
 
 
@@ -499,7 +498,7 @@ def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None,
     """
     work = Path(work_dir) if work_dir else cache_dir()
     driver = _text(work, "kernels", KERNEL_DRIVER)
-    sources = [KERNEL_SOURCES[0], KERNEL_SOURCES[1], KERNEL_SOURCES[2], driver]
+    sources = [*KERNEL_SOURCES, driver]
     fast = build(sources, core, work)
     portable = build(sources, core, work / "portable", flags=(*CFLAGS, "-DEDGEOSC_PORTABLE"))
     rng = np.random.default_rng(seed)
