@@ -24,6 +24,11 @@ CORE_SOURCES = (KERNELS / "edgeosc_fixedpoint.c", KERNELS / "edgeosc_attention.c
 CFLAGS = ("-std=c99", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")  # build_shared's
 
 
+def firmware_name(kind: str) -> str:
+    """A pipeline run's firmware of a model kind (its folder and C prefix): kws_<kind> as a C identifier."""
+    return "kws_" + "".join(c if c.isalnum() else "_" for c in kind)
+
+
 def cache_dir() -> Path:
     """Where built libraries live ($EDGEOSC_CACHE or ~/.cache/edgeosc)."""
     base = os.environ.get("EDGEOSC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgeosc"

@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
+from .cbuild import firmware_name
 from .io import atomic_path, write_json
-from .stages import firmware_name
 
 
 def _stage(run_dir: Path, name: str) -> dict | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import to_dict
+from .cbuild import firmware_name
 from .io import write_json
 
 
@@ -48,10 +49,6 @@ def train_qat(cfg, float_dir: Path, folder: Path, cache_dir, progress: bool) -> 
 def _accuracy(res: dict) -> dict:
     keep = ("attention", "parameters", "epochs", "best_val_accuracy", "test_accuracy", "quant")
     return {k: res[k] for k in keep if k in res}
-
-
-def firmware_name(kind: str) -> str:
-    return f"kws_{kind.replace('-', '_')}"  # a C identifier
 
 
 def export_all(cfg, kind: str, qat_dir: Path, folder: Path) -> dict:
