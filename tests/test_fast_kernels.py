@@ -1,6 +1,6 @@
-"""The kernels' DSP path (edgeosc_simd.h) against their portable path, both emulated on Cortex-M: the same
-integers for every shape class (odd rows and units, depths not a multiple of 4, padding, stride, dilation,
-clamped activations, per-channel requantization), and fewer cycles."""
+"""The kernels' fast paths (edgeosc_simd.h: DSP on Cortex-M, NEON on AArch64) against their portable path, both
+emulated on the same core: the same integers for every shape class (odd rows and units, depths not a multiple
+of 4, padding, stride, dilation, clamped activations, per-channel requantization), and fewer cycles."""
 from __future__ import annotations
 
 import importlib.util
@@ -32,8 +32,11 @@ EDGE_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("core", ["cortex-m4", "cortex-m33"])
+@pytest.mark.parametrize("core", ["cortex-m4", "cortex-m33", "cortex-a53"])
 def test_dsp_path_equals_portable_path(core, tmp_path):
+    if core == "cortex-a53" and not (shutil.which("aarch64-linux-gnu-gcc") or importlib.util.find_spec("ziglang")):
+        pytest.skip("no AArch64 compiler: apt-get install gcc-aarch64-linux-gnu, or pip install ziglang")
+    # Cortex-A53: the NEON path of FULLY_CONNECTED and CONV_2D (depthwise stays portable there)
     # kernel_cycles raises if any output differs; the rows prove every case ran
     rows = E.kernel_cycles(core, shapes=EDGE_SHAPES, work_dir=tmp_path, seed=3)
     assert [r["name"] for r in rows] == [s["name"] for s in EDGE_SHAPES]

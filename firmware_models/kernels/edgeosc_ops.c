@@ -1,7 +1,7 @@
 /* Int8 builtin ops (see edgeosc_ops.h). The portable loops follow TFLite's reference kernels; only the
  * integer results matter, and int32 accumulation is exact here (no overflow at these sizes), so the loop
- * order is free. CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED have a DSP path (edgeosc_simd.h) with the
- * same integers. */
+ * order is free. CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED have a DSP path, CONV_2D and FULLY_CONNECTED
+ * a NEON path (edgeosc_simd.h), with the same integers. */
 #include "edgeosc_ops.h"
 
 #include "edgeosc_attention.h"
@@ -18,6 +18,26 @@ static int8_t channel_out(const EdgeoscChannelRequant *rq, int32_t c, int32_t ac
                           int32_t hi) {
   return (int8_t)clamp(channel_mbqm(rq, c, acc) + zp_out, lo, hi);
 }
+
+#if EDGEOSC_DSP || EDGEOSC_NEON
+/* The receptive field of output pixel o (flat index) as one row of k_h k_w in_c values in the weights'
+ * OHWI order, taps outside the image at zp_in (they then add nothing, as TFLite's skipped taps). */
+static void conv_patch(const EdgeoscConvParams *p, const int8_t *in, int32_t o, int8_t *patch) {
+  const int32_t oy = o / p->out_w, ox = o % p->out_w;
+  int32_t ky, kx, ic, n = 0;
+  for (ky = 0; ky < p->k_h; ++ky) {
+    const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
+    for (kx = 0; kx < p->k_w; ++kx) {
+      const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
+      if (iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w)
+        for (ic = 0; ic < p->in_c; ++ic) patch[n++] = in[(iy * p->in_w + ix) * p->in_c + ic];
+      else
+        for (ic = 0; ic < p->in_c; ++ic) patch[n++] = (int8_t)p->zp_in;
+    }
+  }
+}
+
+#endif
 
 #if EDGEOSC_DSP
 /* The DSP path as one matrix product: rows of int8 inputs (minus zp_in) times rows of int8 weights in
@@ -119,23 +139,6 @@ static void fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int3
   }
 }
 
-/* The receptive field of output pixel o (flat index) as one row of k_h k_w in_c values in the weights'
- * OHWI order, taps outside the image at zp_in (they then add nothing, as TFLite's skipped taps). */
-static void conv_patch(const EdgeoscConvParams *p, const int8_t *in, int32_t o, int8_t *patch) {
-  const int32_t oy = o / p->out_w, ox = o % p->out_w;
-  int32_t ky, kx, ic, n = 0;
-  for (ky = 0; ky < p->k_h; ++ky) {
-    const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
-    for (kx = 0; kx < p->k_w; ++kx) {
-      const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
-      if (iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w)
-        for (ic = 0; ic < p->in_c; ++ic) patch[n++] = in[(iy * p->in_w + ix) * p->in_c + ic];
-      else
-        for (ic = 0; ic < p->in_c; ++ic) patch[n++] = (int8_t)p->zp_in;
-    }
-  }
-}
-
 static void conv_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c, pixels = p->out_h * p->out_w;
   int8_t *const patch = (int8_t *)(wide + EDGEOSC_FC_SCRATCH_WORDS(K)); /* two fields of K bytes */
@@ -151,11 +154,68 @@ static void conv_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, 
 }
 #endif
 
+#if EDGEOSC_NEON
+/* The AArch64 path: an input row widened once to int16 (minus zp_in), each weight row widened eight values at a
+ * time, SMLAL into four int32 lanes (Cortex-A53/A72 have no SDOT). */
+static void widen_row16(const int8_t *x, int32_t depth, int32_t zp, int16_t *out) {
+  const int16x8_t z = vdupq_n_s16((int16_t)zp);
+  int32_t i;
+  for (i = 0; i + 8 <= depth; i += 8) vst1q_s16(out + i, vsubq_s16(vmovl_s8(vld1_s8(x + i)), z));
+  for (; i < depth; ++i) out[i] = (int16_t)(x[i] - zp);
+}
+
+static void row_times_weights_neon(const int16_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
+                                   int32_t units, const EdgeoscChannelRequant *rq, int32_t zp_out, int32_t lo,
+                                   int32_t hi, int8_t *out) {
+  int32_t u, k;
+  for (u = 0; u < units; ++u) {
+    const int8_t *w = weights + u * depth;
+    int32x4_t acc4 = vdupq_n_s32(0);
+    int32_t acc;
+    for (k = 0; k + 8 <= depth; k += 8) {
+      const int16x8_t xv = vld1q_s16(x + k), wv = vmovl_s8(vld1_s8(w + k));
+      acc4 = vmlal_high_s16(vmlal_s16(acc4, vget_low_s16(xv), vget_low_s16(wv)), xv, wv);
+    }
+    acc = vaddvq_s32(acc4) + (bias ? bias[u] : 0);
+    for (; k < depth; ++k) acc += x[k] * w[k];
+    out[u] = channel_out(rq, u, acc, zp_out, lo, hi);
+  }
+}
+
+static void fc_neon(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
+  int16_t *const x = (int16_t *)(void *)scratch;
+  int32_t r;
+  for (r = 0; r < p->rows; ++r) {
+    widen_row16(in + r * p->depth, p->depth, p->zp_in, x);
+    row_times_weights_neon(x, p->weights, p->bias, p->depth, p->units, &p->rq, p->zp_out, p->act_min, p->act_max,
+                           out + r * p->units);
+  }
+}
+
+static void conv_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
+  const int32_t K = p->k_h * p->k_w * p->in_c, pixels = p->out_h * p->out_w;
+  int16_t *const x = (int16_t *)(void *)scratch;
+  int8_t *const patch = (int8_t *)(scratch + EDGEOSC_FC_SCRATCH_WORDS(K));
+  int32_t o;
+  for (o = 0; o < pixels; ++o) {
+    conv_patch(p, in, o, patch);
+    widen_row16(patch, K, p->zp_in, x);
+    row_times_weights_neon(x, p->weights, p->bias, K, p->out_c, &p->rq, p->zp_out, p->act_min, p->act_max,
+                           out + o * p->out_c);
+  }
+}
+#endif
+
 void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t oy, ox, oc, ky, kx, ic;
 #if EDGEOSC_DSP
   if (scratch) {
     conv_dsp(p, in, out, scratch);
+    return;
+  }
+#elif EDGEOSC_NEON
+  if (scratch) {
+    conv_neon(p, in, out, scratch);
     return;
   }
 #endif
@@ -278,6 +338,11 @@ void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, in
 #if EDGEOSC_DSP
   if (scratch) {
     fc_dsp(p, in, out, scratch);
+    return;
+  }
+#elif EDGEOSC_NEON
+  if (scratch) {
+    fc_neon(p, in, out, scratch);
     return;
   }
 #endif

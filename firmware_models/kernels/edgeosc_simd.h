@@ -1,8 +1,9 @@
 /* The kernels' fast paths: which one this build takes, and the few helpers they share (private header).
  *
  * EDGEOSC_DSP: Armv7E-M / Armv8-M with the DSP extension (Cortex-M4, M7, M33, M55), ACLE intrinsics from
- * arm_acle.h. Define EDGEOSC_PORTABLE to build the portable reference loops instead (what the host and
- * cores without DSP run); both give the same integers, bit for bit (tests/test_fast_kernels.py).
+ * arm_acle.h; EDGEOSC_NEON: AArch64's Advanced SIMD. Define EDGEOSC_PORTABLE to build the portable reference
+ * loops instead (what the host and cores without either run); all give the same integers, bit for bit
+ * (tests/test_fast_kernels.py).
  */
 #ifndef EDGEOSC_SIMD_H_
 #define EDGEOSC_SIMD_H_
@@ -35,6 +36,14 @@ static inline void edgeosc_widen4(int32_t word, int32_t zp2, int32_t *even, int3
 static inline int32_t edgeosc_pair(int32_t v) { return (int32_t)(((uint32_t)v & 0xFFFFu) * 0x10001u); }
 #else
 #define EDGEOSC_DSP 0
+#endif
+
+/* EDGEOSC_NEON: AArch64 Advanced SIMD (Cortex-A53/A72 and up), arm_neon.h. */
+#if defined(__ARM_NEON) && defined(__aarch64__) && !defined(EDGEOSC_PORTABLE)
+#define EDGEOSC_NEON 1
+#include <arm_neon.h>
+#else
+#define EDGEOSC_NEON 0
 #endif
 
 #endif /* EDGEOSC_SIMD_H_ */
