@@ -25,8 +25,10 @@ EDGE_SHAPES = [
          act=(0, 90)),
     dict(op="CONV_2D", name="1x3 over time", in_h=1, in_w=9, in_c=8, k_h=1, k_w=3, out_c=4),
     dict(op="DEPTHWISE_CONV_2D", name="depthwise 3x3", in_h=7, in_w=5, in_c=8, k_h=3, k_w=3, out_c=8),
-    dict(op="DEPTHWISE_CONV_2D", name="depthwise stride 2 dilated relu", in_h=9, in_w=6, in_c=12, k_h=3, k_w=2,
-         out_c=12, stride=2, dil=2, act=(-128, 40)),
+    dict(op="DEPTHWISE_CONV_2D", name="depthwise stride 2 dilated relu", in_h=9, in_w=6, in_c=16, k_h=3, k_w=2,
+         out_c=16, stride=2, dil=2, act=(-128, 40)),
+    dict(op="DEPTHWISE_CONV_2D", name="depthwise channels 4k+4 (NEON: portable)", in_h=5, in_w=5, in_c=12, k_h=3,
+         k_w=3, out_c=12),
     dict(op="DEPTHWISE_CONV_2D", name="depthwise multiplier 2 (portable)", in_h=4, in_w=4, in_c=3, k_h=3, k_w=3,
          out_c=6),
 ]

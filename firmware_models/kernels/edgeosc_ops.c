@@ -1,7 +1,7 @@
 /* Int8 builtin ops (see edgeosc_ops.h). The portable loops follow TFLite's reference kernels; only the
  * integer results matter, and int32 accumulation is exact here (no overflow at these sizes), so the loop
- * order is free. CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED have a DSP path, CONV_2D and FULLY_CONNECTED
- * a NEON path (edgeosc_simd.h), with the same integers. */
+ * order is free. CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED have a DSP path and a NEON path
+ * (edgeosc_simd.h), with the same integers. */
 #include "edgeosc_ops.h"
 
 #include "edgeosc_attention.h"
@@ -284,12 +284,56 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
 }
 #endif
 
+#if EDGEOSC_NEON
+/* Depthwise on AArch64: eight channels a vector, each tap's inputs (minus zp) and weights widened to int16,
+ * SMLAL into two int32x4 accumulators; the taps inside the image listed once per pixel. */
+#define DEPTHWISE_MAX_TAPS 64
+
+static void depthwise_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
+  const int32_t C = p->out_c;
+  const int16x8_t z = vdupq_n_s16((int16_t)p->zp_in);
+  int32_t x_off[DEPTHWISE_MAX_TAPS], w_off[DEPTHWISE_MAX_TAPS];
+  int32_t oy, ox, c, ky, kx, t, taps, acc[8];
+  for (oy = 0; oy < p->out_h; ++oy) {
+    for (ox = 0; ox < p->out_w; ++ox, out += C) {
+      for (taps = ky = 0; ky < p->k_h; ++ky) {
+        const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
+        for (kx = 0; kx < p->k_w && iy >= 0 && iy < p->in_h; ++kx) {
+          const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
+          if (ix < 0 || ix >= p->in_w) continue;
+          x_off[taps] = (iy * p->in_w + ix) * C, w_off[taps++] = (ky * p->k_w + kx) * C;
+        }
+      }
+      for (c = 0; c < C; c += 8) {
+        int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
+        for (t = 0; t < taps; ++t) {
+          const int16x8_t xv = vsubq_s16(vmovl_s8(vld1_s8(in + x_off[t] + c)), z);
+          const int16x8_t wv = vmovl_s8(vld1_s8(p->weights + w_off[t] + c));
+          lo = vmlal_s16(lo, vget_low_s16(xv), vget_low_s16(wv));
+          hi = vmlal_high_s16(hi, xv, wv);
+        }
+        vst1q_s32(acc, lo);
+        vst1q_s32(acc + 4, hi);
+        for (t = 0; t < 8; ++t)
+          out[c + t] = channel_out(&p->rq, c + t, acc[t] + (p->bias ? p->bias[c + t] : 0), p->zp_out, p->act_min,
+                                   p->act_max);
+      }
+    }
+  }
+}
+#endif
+
 void edgeosc_depthwise_conv_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
   const int32_t multiplier = p->out_c / p->in_c;
   int32_t oy, ox, oc, ky, kx;
 #if EDGEOSC_DSP
   if (multiplier == 1 && p->in_c % 4 == 0 && p->k_h * p->k_w <= DEPTHWISE_MAX_TAPS) {
     depthwise_dsp(p, in, out);
+    return;
+  }
+#elif EDGEOSC_NEON
+  if (multiplier == 1 && p->in_c % 8 == 0 && p->k_h * p->k_w <= DEPTHWISE_MAX_TAPS) {
+    depthwise_neon(p, in, out);
     return;
   }
 #endif
