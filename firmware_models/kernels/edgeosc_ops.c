@@ -128,7 +128,7 @@ static void rows_times_weights(const int32_t *x, const int8_t *weights, const in
   }
 }
 
-static void fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
+static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t D = p->depth, U = p->units;
   int32_t r;
   for (r = 0; r < p->rows; r += 2) {
@@ -139,7 +139,7 @@ static void fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int3
   }
 }
 
-static void conv_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
+static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c, pixels = p->out_h * p->out_w;
   int8_t *const patch = (int8_t *)(wide + EDGEOSC_FC_SCRATCH_WORDS(K)); /* two fields of K bytes */
   int32_t o;
@@ -182,7 +182,7 @@ static void row_times_weights_neon(const int16_t *x, const int8_t *weights, cons
   }
 }
 
-static void fc_neon(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
+static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int16_t *const x = (int16_t *)(void *)scratch;
   int32_t r;
   for (r = 0; r < p->rows; ++r) {
@@ -192,7 +192,7 @@ static void fc_neon(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
   }
 }
 
-static void conv_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
+static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   const int32_t K = p->k_h * p->k_w * p->in_c, pixels = p->out_h * p->out_w;
   int16_t *const x = (int16_t *)(void *)scratch;
   int8_t *const patch = (int8_t *)(scratch + EDGEOSC_FC_SCRATCH_WORDS(K));
@@ -208,14 +208,9 @@ static void conv_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out,
 
 void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t oy, ox, oc, ky, kx, ic;
-#if EDGEOSC_DSP
-  if (scratch) {
-    conv_dsp(p, in, out, scratch);
-    return;
-  }
-#elif EDGEOSC_NEON
-  if (scratch) {
-    conv_neon(p, in, out, scratch);
+#if EDGEOSC_DSP || EDGEOSC_NEON
+  if (scratch) { /* the DSP or the NEON path, whichever this build has */
+    conv_fast(p, in, out, scratch);
     return;
   }
 #endif
@@ -242,27 +237,36 @@ void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *o
   }
 }
 
+#if EDGEOSC_DSP || EDGEOSC_NEON
+#define DEPTHWISE_MAX_TAPS 64
+
+/* The taps of output pixel (oy, ox) inside the image, listed once for every channel group: their input and
+ * weight offsets (channels last in both); returns how many. */
+static int32_t depthwise_taps(const EdgeoscConvParams *p, int32_t oy, int32_t ox, int32_t *x_off, int32_t *w_off) {
+  int32_t ky, kx, taps = 0;
+  for (ky = 0; ky < p->k_h; ++ky) {
+    const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
+    for (kx = 0; kx < p->k_w && iy >= 0 && iy < p->in_h; ++kx) {
+      const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
+      if (ix < 0 || ix >= p->in_w) continue;
+      x_off[taps] = (iy * p->in_w + ix) * p->out_c, w_off[taps++] = (ky * p->k_w + kx) * p->out_c;
+    }
+  }
+  return taps;
+}
+#endif
+
 #if EDGEOSC_DSP
 /* Depthwise with one output per input channel, four channels at a time: a tap's four inputs and four weights
  * are one word each, widened by SXTB16 into lanes (c, c + 2) and (c + 1, c + 3), multiplied lane by lane
- * (SMLABB / SMLATT: channels must not mix, so no SMLAD). Per output pixel the taps inside the image are listed
- * once (input and weight offsets), for every channel group. */
-#define DEPTHWISE_MAX_TAPS 64
-
+ * (SMLABB / SMLATT: channels must not mix, so no SMLAD). */
 static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
   const int32_t C = p->out_c, zp2 = edgeosc_pair(-p->zp_in);
   int32_t x_off[DEPTHWISE_MAX_TAPS], w_off[DEPTHWISE_MAX_TAPS];
-  int32_t oy, ox, c, ky, kx, t, taps;
+  int32_t oy, ox, c, t, taps;
   for (oy = 0; oy < p->out_h; ++oy) {
     for (ox = 0; ox < p->out_w; ++ox, out += C) {
-      for (taps = ky = 0; ky < p->k_h; ++ky) {
-        const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
-        for (kx = 0; kx < p->k_w && iy >= 0 && iy < p->in_h; ++kx) {
-          const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
-          if (ix < 0 || ix >= p->in_w) continue;
-          x_off[taps] = (iy * p->in_w + ix) * C, w_off[taps++] = (ky * p->k_w + kx) * C;
-        }
-      }
+      taps = depthwise_taps(p, oy, ox, x_off, w_off);
       for (c = 0; c < C; c += 4) {
         const int8_t *const xc = in + c, *const wc = p->weights + c;
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -286,24 +290,15 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
 
 #if EDGEOSC_NEON
 /* Depthwise on AArch64: eight channels a vector, each tap's inputs (minus zp) and weights widened to int16,
- * SMLAL into two int32x4 accumulators; the taps inside the image listed once per pixel. */
-#define DEPTHWISE_MAX_TAPS 64
-
+ * SMLAL into two int32x4 accumulators. */
 static void depthwise_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
   const int32_t C = p->out_c;
   const int16x8_t z = vdupq_n_s16((int16_t)p->zp_in);
   int32_t x_off[DEPTHWISE_MAX_TAPS], w_off[DEPTHWISE_MAX_TAPS];
-  int32_t oy, ox, c, ky, kx, t, taps, acc[8];
+  int32_t oy, ox, c, t, taps, acc[8];
   for (oy = 0; oy < p->out_h; ++oy) {
     for (ox = 0; ox < p->out_w; ++ox, out += C) {
-      for (taps = ky = 0; ky < p->k_h; ++ky) {
-        const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
-        for (kx = 0; kx < p->k_w && iy >= 0 && iy < p->in_h; ++kx) {
-          const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
-          if (ix < 0 || ix >= p->in_w) continue;
-          x_off[taps] = (iy * p->in_w + ix) * C, w_off[taps++] = (ky * p->k_w + kx) * C;
-        }
-      }
+      taps = depthwise_taps(p, oy, ox, x_off, w_off);
       for (c = 0; c < C; c += 8) {
         int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
         for (t = 0; t < taps; ++t) {
@@ -379,14 +374,9 @@ void edgeosc_avg_pool_int8(const EdgeoscAvgPoolParams *p, const int8_t *in, int8
 
 void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t r, u, d;
-#if EDGEOSC_DSP
-  if (scratch) {
-    fc_dsp(p, in, out, scratch);
-    return;
-  }
-#elif EDGEOSC_NEON
-  if (scratch) {
-    fc_neon(p, in, out, scratch);
+#if EDGEOSC_DSP || EDGEOSC_NEON
+  if (scratch) { /* the DSP or the NEON path, whichever this build has */
+    fc_fast(p, in, out, scratch);
     return;
   }
 #endif
