@@ -41,7 +41,7 @@ class PipelineConfig:
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
     # the oscillator shipped: the linear core at d_osc 2 with the key gate (docs/results.md#the-linear-core): its
-    # cost per token is fixed, 0.3x softmax's core at 49 tokens on a Cortex-M4. `edgeosc train` reads these defaults
+    # cost per token is fixed, 0.49x softmax's core at 49 tokens on a Cortex-M4. `edgeosc train` reads these defaults
     # too; ModelConfig()'s own stay the direct d_osc-8 model of the earlier reports. Other kinds: config.OSCILLATOR_ONLY
     model: ModelConfig = field(default_factory=lambda: ModelConfig(d_osc=2, positive="taylor2", key_gate=True,
                                                                    form="linear"))
