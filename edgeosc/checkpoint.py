@@ -1,6 +1,7 @@
 """Checkpoints: one format for float and quantized models, written atomically, loaded without unpickling code."""
 from __future__ import annotations
 
+import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,14 @@ def save_checkpoint(path: Path, obj: dict) -> None:
         torch.save(obj, tmp)
 
 
+def _legacy_kuramoto(model_config: dict) -> dict:
+    """A Kuramoto checkpoint written before its phase map, step and readout were settings: the values it ran with."""
+    if model_config.get("attention") != "kuramoto" or "phase_map" in model_config:
+        return model_config
+    return dict(model_config, phase_map="linear", phase_readout="prototype",
+                max_step=1.0 / math.sqrt(model_config["d_model"]))
+
+
 def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
     """Load and validate a checkpoint (never unpickles code: weights_only=True)."""
     path = Path(path)
@@ -61,7 +70,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
     if raw.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(f"{path}: checkpoint version {raw.get('version')}, expected {CHECKPOINT_VERSION}")
     try:
-        model_cfg = from_dict(ModelConfig, raw["model_config"])
+        model_cfg = from_dict(ModelConfig, _legacy_kuramoto(raw["model_config"]))
         model, quant_cfg = build_model(model_cfg), None
         if raw.get("quant") is not None:  # a QAT / PTQ checkpoint: rebuild the quantized twin
             from .quant import quantize_model

@@ -10,8 +10,10 @@ KWS12_CLASSES = (SILENCE, UNKNOWN) + KEYWORDS  # the conventional 12-class Speec
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto", "ds-cnn")  # the model kinds; ds-cnn: no attention
+FLOAT_ONLY = ("kuramoto",)  # kinds with no int8 path: the pipeline trains, exports and times them in float
 POSITIVE_MAPS = ("softplus", "elu1", "relu2", "taylor2")
 POLYNOMIAL_MAPS = ("taylor2",)  # positive maps with a finite feature map: the linear form needs one
+PHASE_MAPS, PHASE_READOUTS = ("angle", "tanh", "linear"), ("linear", "prototype")  # the Kuramoto network's
 FORMS = ("direct", "linear")  # the oscillator core: T x T passes, or sums over keys (models/attention.py)
 NORMALIZE_MODES = ("none", "utterance", "active")  # features.py: which per-band mean each clip loses
 
@@ -126,6 +128,11 @@ class ModelConfig:
     score_scale: float = 4.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
     eps: float = 1e-6
     dropout: float = 0.1
+    # the Kuramoto network's own settings (docs/results.md#kuramoto-attention measures each)
+    phase_map: str = "angle"  # features -> phases: "angle" (atan2 of two projections), "tanh" (pi tanh), "linear"
+    max_step: float = 1.0  # norm cap on each phase increment, as radians per coordinate (cap sqrt(d_model) x this)
+    phase_readout: str = "linear"  # circular means -> logits: "linear" (a weight per class and cos / sin), "prototype"
+    feed_forward: bool = True  # the SwiGLU increment after each Kuramoto attention increment
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
@@ -138,6 +145,9 @@ class ModelConfig:
             raise ValueError("key_gate is an oscillator setting")
         if self.d_osc < 1 or self.p < 1:
             raise ValueError("d_osc and p must be >= 1")
+        if self.phase_map not in PHASE_MAPS or self.phase_readout not in PHASE_READOUTS or not self.max_step > 0:
+            raise ValueError(f"Kuramoto settings: phase_map in {PHASE_MAPS}, phase_readout in {PHASE_READOUTS}, "
+                             f"max_step > 0; got {self.phase_map!r}, {self.phase_readout!r}, {self.max_step}")
         if self.form not in FORMS:
             raise ValueError(f"unknown form {self.form!r}; choose from {FORMS}")
         if self.form == "linear" and (self.attention != "oscillator" or self.positive not in POLYNOMIAL_MAPS):

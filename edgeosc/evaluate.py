@@ -49,18 +49,25 @@ class Batches:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: Batches, n_classes: int, batch_size: int = 256) -> dict:
-    """Loss, accuracy and confusion matrix (rows: true class, columns: predicted)."""
+    """Loss, accuracy and confusion matrix (rows: true class, columns: predicted); a Kuramoto network's
+    diagnostics per block (models/kws.py KWSKuramoto.diagnostics) averaged over the clips."""
     model.eval()
     confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
-    loss_sum = 0.0
+    loss_sum, diagnostics = 0.0, None
     for feats, labels in batches(batch_size):
         logits = model(feats)
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         confusion += torch.bincount(labels.cpu() * n_classes + logits.argmax(-1).cpu(),
                                     minlength=n_classes**2).view(n_classes, n_classes)
+        if hasattr(model, "diagnostics"):  # sums weighted by the batch's clips
+            rows = [{k: v * len(labels) for k, v in row.items() if k != "block"} for row in model.diagnostics()]
+            diagnostics = rows if diagnostics is None else [{k: a[k] + b[k] for k in a} for a, b in zip(diagnostics, rows)]
     n = int(confusion.sum())
-    return dict(loss=loss_sum / max(n, 1), accuracy=confusion.trace().item() / max(n, 1), n=n,
-                confusion=confusion.tolist())
+    out = dict(loss=loss_sum / max(n, 1), accuracy=confusion.trace().item() / max(n, 1), n=n,
+               confusion=confusion.tolist())
+    if diagnostics is not None:
+        out["diagnostics"] = [dict(block=i, **{k: v / n for k, v in row.items()}) for i, row in enumerate(diagnostics)]
+    return out
 
 
 def evaluate_checkpoint(path: str | Path, data: ClipSet, split: str = "test", device: str = "auto") -> dict:

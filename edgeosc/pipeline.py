@@ -8,7 +8,7 @@ last.pt); a stage whose inputs changed starts afresh; a failing stage stops the 
 keeping what earlier stages wrote.
 
 A TOML config holds every option, one table per config dataclass (config.py):
-    kinds = ["oscillator", "softmax", "ds-cnn"]
+    kinds = ["oscillator", "softmax", "ds-cnn"]   (or any of them, and "kuramoto": float only)
     [data]      dataset, data_dir, ...          [features]  n_mels, ... (DS-CNN's: [dscnn_features])
     [model]     size, d_osc, p, ...             [train]     epochs, lr, ...
     [qat]       the QAT run's TrainConfig fields (default epochs 10, lr 3e-4)
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .config import (MLPERF_FEATURES, OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig, ExportConfig,
-                     FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind, to_dict)
+from .config import (FLOAT_ONLY, MLPERF_FEATURES, OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig,
+                     ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind, to_dict)
 from .io import write_json
 
 KINDS = ("oscillator", "softmax", "ds-cnn")  # the attention models and the baseline users run today (MLPerf Tiny)
@@ -53,8 +53,8 @@ class PipelineConfig:
     dscnn_features: FeatureConfig = field(default_factory=lambda: MLPERF_FEATURES)  # DS-CNN's input: MLPerf's
 
     def __post_init__(self):
-        if not self.kinds or set(self.kinds) - set(KINDS):
-            raise ValueError(f"kinds must be a non-empty subset of {list(KINDS)}, not {list(self.kinds)}")
+        if not self.kinds or set(self.kinds) - set(KINDS + FLOAT_ONLY):
+            raise ValueError(f"kinds must be a non-empty subset of {list(KINDS + FLOAT_ONLY)}, not {list(self.kinds)}")
 
     def features_of(self, kind: str) -> FeatureConfig:
         return self.dscnn_features if kind == "ds-cnn" else self.features
@@ -146,6 +146,13 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
         common = dict(data=data["key"], model=to_dict(model), features=to_dict(cfg.features_of(kind)))
         trained = yield Stage(f"train-{kind}", dict(common, train=to_dict(cfg.train)),
                               lambda f, m=model: impl.train_float(cfg, m, run_dir, f, cache_dir, progress))
+        if kind in FLOAT_ONLY:
+            exported = yield Stage(f"export-{kind}", dict(float=trained["key"], export=to_dict(cfg.export)),
+                                   lambda f, k=kind: impl.export_all(cfg, k, run_dir / f"train-{k}", f))
+            parity = yield Stage(f"parity-{kind}", dict(export=exported["key"]),
+                                 lambda f, k=kind: impl.float_parity(cfg, run_dir, k, f, cache_dir))
+            keys[kind] = [parity["key"]]
+            continue
         qat = yield Stage(f"qat-{kind}", dict(float=trained["key"], qat=to_dict(cfg.qat), quant=to_dict(cfg.quant)),
                           lambda f, k=kind: impl.train_qat(cfg, run_dir / f"train-{k}", f, cache_dir, progress))
         exported = yield Stage(f"export-{kind}", dict(qat=qat["key"], export=to_dict(cfg.export)),

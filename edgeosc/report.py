@@ -10,6 +10,9 @@ from .cbuild import firmware_name
 from .io import atomic_path, write_json
 
 
+LABELS = {"oscillator": "oscillator", "softmax": "softmax", "ds-cnn": "DS-CNN", "kuramoto": "Kuramoto"}
+
+
 def _stage(run_dir: Path, name: str) -> dict | None:
     path = run_dir / name / "stage.json"
     if not path.is_file():
@@ -25,7 +28,7 @@ def _json(path: Path) -> dict | None:
 def collect(run_dir: str | Path, board_results: list[str | Path] = ()) -> dict:
     """Everything the report shows, read from the stage outputs (and bench JSONs measured on boards)."""
     run_dir = Path(run_dir)
-    kinds = [k for k in ("oscillator", "softmax", "ds-cnn") if (run_dir / f"qat-{k}").is_dir()]
+    kinds = [k for k in ("oscillator", "softmax", "ds-cnn", "kuramoto") if (run_dir / f"train-{k}").is_dir()]
     out = dict(run=str(run_dir), created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), kinds=kinds,
                data=_stage(run_dir, "data"), models={}, bench=_json(run_dir / "bench" / "bench.json"),
                boards=[dict(_json(Path(p)) or {}, source=str(p)) for p in board_results])
@@ -155,7 +158,8 @@ def _ratio(a, b) -> str:
 def markdown(r: dict) -> str:
     kinds, m = r["kinds"], r["models"]
     lines = ["# edgeosc report: " + " vs ".join({"oscillator": "oscillator attention", "softmax": "softmax attention",
-                                                   "ds-cnn": "DS-CNN"}.get(k, k) for k in kinds), "",
+                                                   "ds-cnn": "DS-CNN", "kuramoto": "Kuramoto attention"}.get(k, k)
+                                                  for k in kinds), "",
              f"Run `{r['run']}`, written {r['created']}."]
     if r["data"]:
         c = r["data"]["clips"]
@@ -170,6 +174,11 @@ def markdown(r: dict) -> str:
         lines.append(f"| {k} | {_pct((m[k]['float'] or {}).get('test_accuracy'))} | "
                      f"{_pct((m[k]['qat'] or {}).get('test_accuracy'))} | " +
                      " | ".join(_pct(acc.get(n)) for n in names) + " |")
+    floats = {k: (m[k]["parity"] or {}).get("float_tflite_accuracy") for k in kinds if m[k]["qat"] is None}
+    for k, acc in floats.items():
+        lines += ["", f"{k} runs in float only (no int8 path; docs/results.md#kuramoto-attention): float.tflite "
+                      + ", ".join(f"{_pct(v)} in {n}" for n, v in (acc or {}).items()) + "."]
+    lines += _diagnostics_lines(m)
     custom = [k for k in kinds if (m[k]["parity"] or {}).get("int8_file", "int8.tflite") != "int8.tflite"]
     if custom:
         lines += ["", f"The int8 file of {', '.join(custom)} is int8_custom.tflite: its linear core is the EdgeOscAttention "
@@ -211,15 +220,15 @@ def markdown(r: dict) -> str:
         lines += ["", f"## Latency, batch 1 (measured on this machine: {s['cpu']}, {s['cores']} cores, "
                       f"{r['bench']['config']['threads']} thread)", "",
                   "Median of interleaved runs, the models alternating.", ""]
-        ds = any("ds-cnn" in row for row in r["bench"]["latency"])
+        others = [k for k in ("ds-cnn", "kuramoto") if any(k in row for row in r["bench"]["latency"])]
         lines += ["| file | runtime | oscillator ms | softmax ms | oscillator / softmax |"
-                  + (" DS-CNN ms | oscillator / DS-CNN |" if ds else ""),
-                  "|---|---|---|---|---|" + ("---|---|" if ds else "")]
+                  + "".join(f" {LABELS[k]} ms | oscillator / {LABELS[k]} |" for k in others),
+                  "|---|---|---|---|---|" + "---|---|" * len(others)]
         for row in r["bench"]["latency"]:
             lines.append(f"| {row['file']} | {row['runtime']} | {row['oscillator']['median_ms']:.3f} | "
                          f"{row['softmax']['median_ms']:.3f} | {row['ratio']:.2f}x |"
-                         + ((f" {row['ds-cnn']['median_ms']:.3f} | {row['ratio_dscnn']:.2f}x |" if "ds-cnn" in row
-                             else " - | - |") if ds else ""))
+                         + "".join(f" {row[k]['median_ms']:.3f} | {row['ratio_' + k]:.2f}x |" if k in row
+                                   else " - | - |" for k in others))
     lines += _estimate_lines(r) + _scaling_lines(r)
     for board in r["boards"]:
         s = board.get("system", {})
@@ -235,6 +244,22 @@ def markdown(r: dict) -> str:
     lines += ["", "Measured: run here or on the named board. Estimated: emulated instruction counts x a core's "
               "published timing table x a device's datasheet power."]
     return "\n".join(lines) + "\n"
+
+
+def _diagnostics_lines(m: dict) -> list[str]:
+    """The Kuramoto network's diagnostics on the test split (models/kws.py KWSKuramoto.diagnostics)."""
+    lines = []
+    for k, v in m.items():
+        diag = (v["float"] or {}).get("diagnostics")
+        if not diag:
+            continue
+        lines += ["", f"{k}, the seed paper's diagnostics on the test split (float model; the paper: local order near "
+                      "1, global order falling with depth, omega higher in early layers):", "",
+                  "| block | local order | global order in | global order out | mean abs omega (rad/frame) |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {d['block']} | {d['local_order']:.3f} | {d['global_order_in']:.3f} | "
+                  f"{d['global_order_out']:.3f} | {d['omega_abs']:.3f} |" for d in diag]
+    return lines
 
 
 def _interpreters(models: dict) -> list[str]:
@@ -256,7 +281,7 @@ def plot_latency(r: dict, path: Path) -> Path | None:
     labels = [f"{x['file']}\n{x['runtime']}" for x in rows]
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4))
     xs = range(len(rows))
-    kinds = ["oscillator", "softmax"] + (["ds-cnn"] if any("ds-cnn" in x for x in rows) else [])
+    kinds = ["oscillator", "softmax"] + [k for k in ("ds-cnn", "kuramoto") if any(k in x for x in rows)]
     width = 0.8 / len(kinds)
     for i, k in enumerate(kinds):
         ax.bar([x + (i - (len(kinds) - 1) / 2) * width for x in xs],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import to_dict
+from .config import FLOAT_ONLY, to_dict
 from .cbuild import firmware_name
 from .io import write_json
 
@@ -47,17 +47,18 @@ def train_qat(cfg, float_dir: Path, folder: Path, cache_dir, progress: bool) -> 
 
 
 def _accuracy(res: dict) -> dict:
-    keep = ("attention", "parameters", "epochs", "best_val_accuracy", "test_accuracy", "quant")
+    keep = ("attention", "parameters", "epochs", "best_val_accuracy", "test_accuracy", "quant", "diagnostics")
     return {k: res[k] for k in keep if k in res}
 
 
-def export_all(cfg, kind: str, qat_dir: Path, folder: Path) -> dict:
-    """ONNX and TFLite files of the QAT model, and its C firmware (export-<kind>/kws_<kind>/)."""
+def export_all(cfg, kind: str, source_dir: Path, folder: Path) -> dict:
+    """ONNX and TFLite files of the QAT model, and its C firmware (export-<kind>/kws_<kind>/); a float-only kind's
+    float ONNX and TFLite files."""
     from .export import TARGETS, export_checkpoint
     files = {}
-    for target in TARGETS:
+    for target in [t for t in TARGETS if not (kind in FLOAT_ONLY and t == "c")]:
         sub = firmware_name(kind) if target == "c" else target
-        out = export_checkpoint(qat_dir / "best.pt", folder / sub, target, cfg.export)
+        out = export_checkpoint(source_dir / "best.pt", folder / sub, target, cfg.export)
         files.update({f"{sub}/{p.name}": p.stat().st_size for p in sorted(out.iterdir())
                       if p.is_file() and p.suffix in (".onnx", ".tflite", ".c", ".h")})
     return dict(files=files)
@@ -84,6 +85,24 @@ def parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     res["int8_tflite_accuracy"] = {
         name: evaluate_tflite(int8, ds, ckpt.feature_cfg, ckpt.classes, "test", name)["accuracy"]
         for name in res["int8_tflite"]["interpreters"] if "no XNNPACK" not in name}
+    write_json(folder / "parity.json", res)
+    return res
+
+
+def float_parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
+    """A float-only kind: float.tflite against the float model, and its accuracy in every interpreter that runs it."""
+    import torch
+    from .export.parity import float_parity as parity_of
+    from .features import FeatureExtractor
+    from .checkpoint import load_checkpoint
+    from .evaluate import Batches, evaluate_tflite
+    ckpt = load_checkpoint(run_dir / f"train-{kind}" / "best.pt")
+    ds = _dataset(cfg, cache_dir)
+    feats = next(Batches(ds, "test", FeatureExtractor(ckpt.feature_cfg), torch.device("cpu"))(32))[0].numpy()
+    path = run_dir / f"export-{kind}" / "tflite" / "float.tflite"
+    res = dict(float_tflite_max_abs=parity_of(ckpt.model, path, feats))
+    res["float_tflite_accuracy"] = {name: evaluate_tflite(path, ds, ckpt.feature_cfg, ckpt.classes, "test", name)["accuracy"]
+                                    for name in res["float_tflite_max_abs"]}
     write_json(folder / "parity.json", res)
     return res
 
@@ -130,15 +149,15 @@ def scaling(cfg, folder: Path) -> dict:
 
 
 def bench(cfg, run_dir: Path, folder: Path) -> dict:
-    """Latency of every exported file on every installed runtime, oscillator, softmax (and DS-CNN) interleaved."""
+    """Latency of every exported file on every installed runtime, oscillator, softmax (DS-CNN, Kuramoto) interleaved."""
     from .bench.latency import compare
     if not {"oscillator", "softmax"} <= set(cfg.kinds):
         return dict(skipped="the latency comparison needs the oscillator and softmax")
     rows = []
     for fmt in ("tflite", "onnx"):
-        ds = run_dir / "export-ds-cnn" / fmt if "ds-cnn" in cfg.kinds else None
+        others = {k: run_dir / f"export-{k}" / fmt for k in ("ds-cnn", "kuramoto") if k in cfg.kinds}
         rows += compare(run_dir / "export-oscillator" / fmt, run_dir / "export-softmax" / fmt, cfg.bench.runs,
-                        cfg.bench.threads, echo=lambda *_: None, dscnn=ds)
+                        cfg.bench.threads, echo=lambda *_: None, others=others)
     from .bench.system import system_info
     report = dict(system=system_info(), latency=rows, config=to_dict(cfg.bench))
     write_json(folder / "bench.json", report)

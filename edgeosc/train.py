@@ -150,7 +150,8 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
                    parameters=n_params, epochs=len(history), best_val_accuracy=best,
                    test_accuracy=test["accuracy"], test_n=test["n"], test_confusion=test["confusion"],
                    classes=list(data.classes), device=str(device),
-                   quant=quant and f"{quant['config']['preset']}-{'qat' if train_cfg.epochs else 'ptq'}")
+                   quant=quant and f"{quant['config']['preset']}-{'qat' if train_cfg.epochs else 'ptq'}",
+                   **({"diagnostics": test["diagnostics"]} if "diagnostics" in test else {}))
     write_json(out_dir / "results.json", results)
     return results
 

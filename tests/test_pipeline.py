@@ -16,7 +16,8 @@ from conftest import tone_clipset
 pytestmark = pytest.mark.skipif(len(runtime.available_interpreters()) < 3, reason="needs the three TFLite interpreters")
 FAST = {"train.epochs": 2, "train.batch_size": 8, "qat.epochs": 1, "qat.batch_size": 8, "quant.calibration_batches": 1,
         "train.augment.noise_prob": 0.0, "bench.runs": 3, "bench.warmup": 1, "model.dropout": 0.0,
-        "bench.targets": ["cortex-m4"], "bench.scaling_tokens": [16], "bench.scaling_d_osc": [2]}
+        "bench.targets": ["cortex-m4"], "bench.scaling_tokens": [16], "bench.scaling_d_osc": [2],
+        "kinds": ["oscillator", "softmax", "ds-cnn", "kuramoto"]}
 
 
 @pytest.fixture
@@ -54,6 +55,16 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
     assert ds["int8_file"] == "int8.tflite" and len(ds["int8_tflite_accuracy"]) == 3
     assert stage(whole, "train-ds-cnn")["results"]["attention"] == "ds-cnn"
     assert json.loads((whole / "export-ds-cnn" / "kws_ds_cnn" / "firmware.json").read_text())["calls"] > 0
+    # Kuramoto, float only: float ONNX and TFLite, parity, accuracy where it runs (no ATAN2 in TFLite Micro),
+    # its diagnostics and its latency column
+    ku = json.loads((whole / "parity-kuramoto" / "parity.json").read_text())
+    assert sorted(ku["float_tflite_accuracy"]) == ["ai-edge-litert", "tflite-runtime"]
+    assert max(ku["float_tflite_max_abs"].values()) < 1e-4
+    assert not (whole / "qat-kuramoto").exists() and not (whole / "estimate-kuramoto").exists()
+    assert {"export-kuramoto/onnx/float.onnx", "export-kuramoto/tflite/float.tflite"} <= {
+        f"export-kuramoto/{f}" for f in stage(whole, "export-kuramoto")["results"]["files"]}
+    for section in ("Kuramoto attention", "kuramoto runs in float only", "global order in", "Kuramoto ms"):
+        assert section in text, section
     # the pipeline's oscillator is the linear core: its int8 file is the custom op's, checked in tflite-runtime
     parity = json.loads((whole / "parity-oscillator" / "parity.json").read_text())
     assert parity["int8_file"] == "int8_custom.tflite" and list(parity["int8_tflite_accuracy"]) == ["tflite-runtime"]
@@ -108,7 +119,7 @@ def test_wrong_config_keys_and_values_give_clear_errors(tmp_path):
     for text, needle in (('[train]\nepoch = 3\n', "TrainConfig has no field 'epoch'"),
                          ('[train]\nepochs = "many"\n', "TrainConfig.epochs must be int"),
                          ('[modle]\nsize = "small"\n', "no field 'modle'"),
-                         ('kinds = ["kuramoto"]\n', "kinds must be"),
+                         ('kinds = ["transformer"]\n', "kinds must be"),
                          ('[train\n', "cannot read the pipeline config")):
         bad.write_text(text)
         res = CliRunner().invoke(main, ["pipeline", "--config", str(bad), "--out", str(tmp_path / "run")])

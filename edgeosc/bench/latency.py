@@ -32,7 +32,11 @@ def runtimes_for(path: str | Path) -> list[str]:
         return [ONNX_RUNTIME]
     from .. import runtime
     names = runtime.available_interpreters()
-    return [n for n in names if n == "tflite-runtime"] if _has_custom_ops(path) else names
+    if _has_custom_ops(path):
+        return [n for n in names if n == "tflite-runtime"]
+    if runtime.MICRO_MISSING & set(runtime.check_tflite(path)["builtin_ops"]):
+        return [n for n in names if n != "tflite-micro"]
+    return names
 
 
 def prepare(path: str | Path, runtime_name: str, threads: int = 1) -> Timed:
@@ -173,31 +177,34 @@ def baseline_name(name: str) -> str:
 
 
 def compare(oscillator: str | Path, softmax: str | Path, runs: int = 200, threads: int = 1,
-            echo=print, dscnn: str | Path | None = None) -> list[dict]:
-    """Each oscillator file against the softmax file of the same kind, on every runtime that takes both; with
-    `dscnn` (a DS-CNN export folder) its file of the same kind runs in the same interleaved loop ("ds-cnn",
-    "ratio_dscnn": oscillator / DS-CNN)."""
+            echo=print, others: dict[str, str | Path] | None = None) -> list[dict]:
+    """Each oscillator file against the softmax file of the same kind, on every runtime that takes both; each of
+    `others` ({kind: export folder}, e.g. "ds-cnn", "kuramoto") with a file of the same kind runs in the same
+    interleaved loop (row keys: the kind, and "ratio_<kind>" = oscillator / it)."""
     soft = {f.name: f for f in export_files(softmax)}
-    ds = {f.name: f for f in export_files(dscnn)} if dscnn is not None else {}
+    extra = {k: {f.name: f for f in export_files(p)} for k, p in (others or {}).items()}
     rows = []
     for f in export_files(oscillator):
         base = soft.get(baseline_name(f.name))
         if base is None:
             continue
-        other = ds.get(baseline_name(f.name))
+        candidates = {k: files[baseline_name(f.name)] for k, files in extra.items() if baseline_name(f.name) in files}
         for rt in runtimes_for(f):
-            models = [prepare(f, rt, threads), prepare(base, rt, threads)]
-            osc, sm, *more = measure(models + ([prepare(other, rt, threads)] if other else []), runs)
+            more = {k: p for k, p in candidates.items() if rt in runtimes_for(p)}
+            models = [prepare(f, rt, threads), prepare(base, rt, threads)] + [prepare(p, rt, threads)
+                                                                              for p in more.values()]
+            osc, sm, *stats = measure(models, runs)
             rows.append(dict(file=f.name, softmax_file=base.name, runtime=rt, threads=threads, oscillator=osc,
                              softmax=sm, ratio=osc["median_ms"] / sm["median_ms"]))
-            if more:
-                rows[-1].update({"ds-cnn": more[0], "ratio_dscnn": osc["median_ms"] / more[0]["median_ms"]})
+            for k, st in zip(more, stats):
+                rows[-1].update({k: st, f"ratio_{k}": osc["median_ms"] / st["median_ms"]})
     if not rows:
         raise FileNotFoundError(f"{oscillator} and {softmax} have no model file of the same kind")
     echo(f"batch 1, {threads} thread(s), median of {runs} interleaved runs (ms)")
-    echo(f"{'file':<20}{'runtime':<16}{'oscillator':>11}{'softmax':>10}{'ratio':>8}" + (f"{'DS-CNN':>9}" if ds else ""))
+    echo(f"{'file':<20}{'runtime':<16}{'oscillator':>11}{'softmax':>10}{'ratio':>8}"
+         + "".join(f"{k:>11}" for k in extra))
     for r in rows:
         echo(f"{r['file']:<20}{r['runtime']:<16}{r['oscillator']['median_ms']:>11.3f}"
              f"{r['softmax']['median_ms']:>10.3f}{r['ratio']:>7.2f}x"
-             + (f"{r['ds-cnn']['median_ms']:>9.3f}" if "ds-cnn" in r else ""))
+             + "".join(f"{r[k]['median_ms']:>11.3f}" if k in r else f"{'-':>11}" for k in extra))
     return rows

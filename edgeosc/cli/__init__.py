@@ -255,6 +255,11 @@ def eval_cmd(checkpoint, settings, cache_dir, split, device, interpreter, as_jso
     click.echo(format_confusion(res["confusion"], res["classes"]))
     loss = f"loss {res['loss']:.4f}" if "loss" in res else res["interpreter"]
     click.echo(f"{split} accuracy {res['accuracy']:.4f} on {res['n']} clips ({loss})")
+    if res.get("diagnostics"):  # a Kuramoto network: the seed paper's diagnostics (docs/maths.md#kuramoto-attention)
+        click.echo("block  local order  global order in -> out  mean |omega| (rad/frame)")
+        for d in res["diagnostics"]:
+            click.echo(f"{d['block']:>5}  {d['local_order']:>11.3f}  {d['global_order_in']:>8.3f} -> "
+                       f"{d['global_order_out']:.3f}  {d['omega_abs']:>12.3f}")
 
 
 # ---------------------------------------------------------------------------------- export

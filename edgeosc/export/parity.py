@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .. import runtime
+from ..runtime import MICRO_MISSING
 
 
 def _run(path: Path, feats: np.ndarray, interpreter: str, xnnpack: bool = True) -> np.ndarray:
@@ -21,10 +22,13 @@ def interpreters(xnnpack_variants: bool = True, path: str | Path | None = None) 
     """(interpreter, xnnpack) pairs to compare: ai-edge-litert with and without its default XNNPACK delegate
     (which takes int8 ops and rounds as float32 like fake quantization), the others as they come. A file with the
     EdgeOscAttention op runs in tflite-runtime only (the one interpreter that registers a kernel from Python)."""
-    if path is not None and runtime.check_tflite(path)["custom_ops"]:
+    info = runtime.check_tflite(path) if path is not None else None
+    if info and info["custom_ops"]:
         return [("tflite-runtime", True)] if "tflite-runtime" in runtime.available_interpreters() else []
     out = []
     for name in runtime.available_interpreters():
+        if name == "tflite-micro" and info and MICRO_MISSING & set(info["builtin_ops"]):
+            continue
         out.append((name, True))
         if name == "ai-edge-litert" and xnnpack_variants:
             out.append((name, False))
@@ -39,7 +43,8 @@ def label(name: str, xnnpack: bool) -> str:
 def float_parity(net: torch.nn.Module, path: str | Path, feats: np.ndarray) -> dict:
     """Max |logit difference| of float.tflite against the float torch network, per interpreter."""
     ref = net.eval()(torch.as_tensor(feats)).numpy()
-    return {label(n, x): float(np.abs(_run(Path(path), feats, n, x) - ref).max()) for n, x in interpreters(False)}
+    return {label(n, x): float(np.abs(_run(Path(path), feats, n, x) - ref).max())
+            for n, x in interpreters(False, path)}
 
 
 @torch.no_grad()

@@ -395,9 +395,9 @@ class SwiGLU(nn.Module):
 class KuramotoBlock(nn.Module):
     """Kuramoto attention increment then a SwiGLU increment on the raw angles, each norm-capped."""
 
-    def __init__(self, k: int, d_ff: int, causal: bool = False, max_step: float = 1.0):
+    def __init__(self, k: int, d_ff: int, causal: bool = False, max_step: float = 1.0, ff: bool = True):
         super().__init__()
-        self.causal, self.max_step = causal, max_step
+        self.causal, self.max_step, self.use_ff = causal, max_step, ff
         self.gates = nn.Linear(2 * k, 3 * k)  # gate_q, gate_k, value_gate from (cos, sin) features
         self.omega = nn.Parameter(torch.randn(k) * 0.1)
         self.log_tau = nn.Parameter(torch.tensor(math.log(4.0)))
@@ -410,4 +410,4 @@ class KuramotoBlock(nn.Module):
                                  max_step=self.max_step, mask=mask)
         self.last = KuramotoOut(*(t.detach() for t in out))
         theta = theta + out.delta
-        return theta + cap_norm(self.ff(theta), self.max_step)
+        return theta + cap_norm(self.ff(theta), self.max_step) if self.use_ff else theta

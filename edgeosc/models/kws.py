@@ -16,6 +16,7 @@ from .attention import Hooked, KuramotoBlock, OscillatorAttention, SoftmaxAttent
 
 # name -> (d_model, heads, blocks); small <= 30k parameters, medium ~100-200k (tests check both)
 SIZES = {"small": (32, 4, 2), "medium": (80, 4, 3)}
+KURAMOTO_WIDTH = {"small": 30, "medium": 78}  # 22,774 / 168,261 parameters against softmax's 22,996 / 170,984
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:
@@ -26,6 +27,8 @@ def resolve(cfg: ModelConfig) -> ModelConfig:
     if cfg.size not in SIZES:
         raise ValueError(f"unknown model size {cfg.size!r}; choose from {sorted(SIZES)}")
     d, h, b = SIZES[cfg.size]
+    if cfg.attention == "kuramoto":  # k phases for the transformer's parameter count (angle map, linear readout)
+        d = KURAMOTO_WIDTH[cfg.size]
     return dataclasses.replace(cfg, d_model=cfg.d_model or d, heads=cfg.heads or h, blocks=cfg.blocks or b)
 
 
@@ -78,31 +81,54 @@ class KWSTransformer(Hooked):
 
 
 class KWSKuramoto(nn.Module):
-    """Features -> k phases -> Kuramoto blocks -> logits from alignment with class prototype phases."""
+    """Features -> k phases -> Kuramoto blocks -> logits from the circular means' alignment with each class."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg = resolve(cfg)
         self.cfg, k = cfg, cfg.d_model
-        self.to_phase = nn.Conv1d(cfg.n_coeffs, k, kernel_size=3, padding=1)
+        # "angle": theta = atan2(W_y x, W_x x), so a weight step moves a phase by a bounded amount (a raw projection
+        # turns a step of the learning rate into several radians: docs/results.md#kuramoto-attention)
+        self.to_phase = nn.Conv1d(cfg.n_coeffs, (2 if cfg.phase_map == "angle" else 1) * k, kernel_size=3, padding=1)
         # d_ff = 2k/3 matches the transformer's parameter count (gates 6k^2 + SwiGLU 2k^2 ~ 8 d^2)
-        self.blocks = nn.ModuleList(KuramotoBlock(k, max(8, 2 * k // 3)) for _ in range(cfg.blocks))
-        self.prototypes = nn.Parameter(torch.rand(cfg.n_classes, k) * 2 * math.pi)
-        self.scale = nn.Parameter(torch.tensor(4.0 / math.sqrt(k)))
-        self.bias = nn.Parameter(torch.zeros(cfg.n_classes))
+        self.blocks = nn.ModuleList(KuramotoBlock(k, max(8, 2 * k // 3), max_step=cfg.max_step * math.sqrt(k),
+                                                  ff=cfg.feed_forward) for _ in range(cfg.blocks))
+        if cfg.phase_readout == "prototype":  # one phase per class and coordinate, one shared scale
+            self.prototypes = nn.Parameter(torch.rand(cfg.n_classes, k) * 2 * math.pi)
+            self.scale = nn.Parameter(torch.tensor(4.0 / math.sqrt(k)))
+            self.bias = nn.Parameter(torch.zeros(cfg.n_classes))
+        else:  # a prototype phase and a weight per class and coordinate: a Linear on (cos, sin) of the means
+            self.head = nn.Linear(2 * k, cfg.n_classes)
+
+    def phases(self, feats: Tensor) -> Tensor:  # [B,T,C] -> [B,T,k] radians
+        h = self.to_phase(feats.transpose(1, 2)).transpose(1, 2)
+        if self.cfg.phase_map == "angle":
+            x, y = h.chunk(2, -1)
+            return torch.atan2(y, x)
+        return math.pi * torch.tanh(h) if self.cfg.phase_map == "tanh" else h
 
     def forward(self, feats: Tensor) -> Tensor:  # [B,T,C]
-        theta = self.to_phase(feats.transpose(1, 2)).transpose(1, 2)  # [B,T,k] phases (radians)
+        theta = self.phases(feats)
         for block in self.blocks:
             theta = block(theta)
+        self.last_theta = theta.detach()
         m_re, m_im = theta.cos().mean(1), theta.sin().mean(1)  # circular mean per coordinate [B,k]
+        if self.cfg.phase_readout == "linear":
+            return self.head(torch.cat([m_re, m_im], -1))
         # sum_j Re(m_j e^{-i phi_cj}) = sum_j |m_j| cos(arg m_j - phi_cj)
         align = m_re @ self.prototypes.cos().T + m_im @ self.prototypes.sin().T
         return self.scale * align + self.bias
 
-    def order_parameters(self) -> list[tuple[float, float]]:
-        """(local, global) order parameter per block from the latest forward, batch-averaged."""
-        return [(b.last.local_order.mean().item(), b.last.global_order.mean().item()) for b in self.blocks]
+    def diagnostics(self) -> list[dict]:
+        """The seed paper's diagnostics of the latest forward, per block (batch means): local order parameter (mean
+        |G_tj|, coherence with the attended tokens), global order parameter of the block's input phases (mean_j
+        |mean_t e^{i theta_tj}|) and of its output, and the mean |omega_j| (natural frequencies, rad per frame)."""
+        outs = [b.last.global_order.mean().item() for b in self.blocks[1:]]
+        last = self.last_theta
+        outs.append(torch.sqrt(last.cos().mean(1).square() + last.sin().mean(1).square()).mean().item())
+        return [dict(block=i, local_order=b.last.local_order.mean().item(),
+                     global_order_in=b.last.global_order.mean().item(), global_order_out=out,
+                     omega_abs=b.omega.abs().mean().item()) for i, (b, out) in enumerate(zip(self.blocks, outs))]
 
 
 MODELS = {"oscillator": KWSTransformer, "softmax": KWSTransformer, "kuramoto": KWSKuramoto}

@@ -14,6 +14,7 @@ __all__ = ["ModelFileError", "InterpreterUnavailable", "TensorInfo", "Runner", "
 
 # preference order: LiteRT is the maintained runtime, tflite-runtime 2.14 the frozen one, TFLM the MCU one
 PREFERENCE = ("ai-edge-litert", "tflite-runtime", "tflite-micro")
+MICRO_MISSING = {"ATAN2"}  # builtins TFLite Micro has no kernel for ("Didn't find op for builtin opcode")
 _MODULES = {"ai-edge-litert": "ai_edge_litert.interpreter", "tflite-runtime": "tflite_runtime.interpreter",
             "tflite-micro": "tflite_micro"}
 ALIASES = {"litert": "ai-edge-litert", "ai_edge_litert": "ai-edge-litert", "tflrt": "tflite-runtime",

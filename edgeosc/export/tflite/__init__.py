@@ -36,7 +36,7 @@ from ...config import ExportConfig
 from ...io import atomic_path
 from ...models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, \
     reciprocal, shifted_power
-from ...models.kws import KWSTransformer
+from ...models.kws import KWSKuramoto, KWSTransformer
 from ...runtime.custom_op import OP_NAME
 from ...runtime.tflite_file import check_tflite
 from .builder import TFLiteBuilder
@@ -323,10 +323,13 @@ def _networks(model: nn.Module) -> tuple[nn.Module, object]:
         net = float_model(qat)
     elif isinstance(model, DSCNN):
         net = copy.deepcopy(model).fold_batch_norms()
+    elif isinstance(model, KWSKuramoto):  # no norms to fold
+        net = model
     else:
         net = fold_norms(copy.deepcopy(model))
-    if not isinstance(net, (KWSTransformer, DSCNN)):
-        raise ValueError(f"TFLite export takes oscillator/softmax transformers and DS-CNN, not {type(net).__name__}")
+    if not isinstance(net, (KWSTransformer, DSCNN, KWSKuramoto)):
+        raise ValueError(f"TFLite export takes oscillator/softmax transformers, Kuramoto networks and DS-CNN, "
+                         f"not {type(net).__name__}")
     return net.eval(), qat
 
 
@@ -365,6 +368,11 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     net, qat = _networks(ckpt.model)
+    if isinstance(net, KWSKuramoto):  # float only (export/tflite/kuramoto.py)
+        from . import kuramoto
+        with torch.no_grad():
+            _save(kuramoto.build(net), out_dir / "float.tflite")
+        return out_dir
     if not isinstance(net, KWSTransformer):  # DS-CNN: convolutions only, no custom op
         from . import dscnn
         with torch.no_grad():

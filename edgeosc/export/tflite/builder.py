@@ -363,6 +363,32 @@ class TFLiteBuilder:
     def log(self, x, q=None, name="log"):
         return self._unary("LOG", x, q, name, like=False)
 
+    # float-only element-wise maps (the Kuramoto graph, export/tflite/kuramoto.py)
+    def cos(self, x, name="cos"):
+        return self._unary("COS", x, None, name)
+
+    def sin(self, x, name="sin"):
+        return self._unary("SIN", x, None, name)
+
+    def tanh(self, x, name="tanh"):
+        return self._unary("TANH", x, None, name)
+
+    def logistic(self, x, name="logistic"):
+        return self._unary("LOGISTIC", x, None, name)
+
+    def sqrt(self, x, name="sqrt"):
+        return self._unary("SQRT", x, None, name)
+
+    def atan2(self, y, x, name="atan2"):
+        out = self._out(name, broadcast(self.shape(y), self.shape(x)), self.dtype(y), None)
+        self.op("ATAN2", [y, x], [out])
+        return out
+
+    def maximum(self, a, b, name="maximum"):
+        out = self._out(name, broadcast(self.shape(a), self.shape(b)), self.dtype(a), None, like=a)
+        self.op("MAXIMUM", [a, b], [out], schema.MaximumMinimumOptionsT())
+        return out
+
     def reshape(self, x, shape, name="reshape"):
         """Shape may hold one -1; the target shape goes in both the shape input and the options."""
         shape = list(np.empty(self.shape(x), np.bool_).reshape(shape).shape)
