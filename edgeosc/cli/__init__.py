@@ -143,6 +143,10 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--key-gate", "model.key_gate", None),
     ("--form", "model.form", None),
     ("--dropout", "model.dropout", "Dropout rate"),
+    ("--phase-map", "model.phase_map", "Kuramoto: how features become phases"),
+    ("--max-step", "model.max_step", "Kuramoto: norm cap on each phase increment, radians per coordinate (RMS)"),
+    ("--phase-readout", "model.phase_readout", None),
+    ("--feed-forward", "model.feed_forward", None),
     ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands; >0: that many MFCCs"),
     ("--normalize", "features.normalize", "Per-clip mean subtraction of the features: over every frame "
      "(utterance) or over the frames within 30 dB of the clip's loudest (active, log-mel only)"),

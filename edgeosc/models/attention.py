@@ -397,11 +397,11 @@ class KuramotoBlock(nn.Module):
 
     def __init__(self, k: int, d_ff: int, causal: bool = False, max_step: float = 1.0, ff: bool = True):
         super().__init__()
-        self.causal, self.max_step, self.use_ff = causal, max_step, ff
+        self.causal, self.max_step = causal, max_step
         self.gates = nn.Linear(2 * k, 3 * k)  # gate_q, gate_k, value_gate from (cos, sin) features
         self.omega = nn.Parameter(torch.randn(k) * 0.1)
         self.log_tau = nn.Parameter(torch.tensor(math.log(4.0)))
-        self.ff = SwiGLU(k, d_ff, k)
+        self.ff = SwiGLU(k, d_ff, k) if ff else None
         self.last: KuramotoOut | None = None  # diagnostics of the latest forward
 
     def forward(self, theta: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -410,4 +410,4 @@ class KuramotoBlock(nn.Module):
                                  max_step=self.max_step, mask=mask)
         self.last = KuramotoOut(*(t.detach() for t in out))
         theta = theta + out.delta
-        return theta + cap_norm(self.ff(theta), self.max_step) if self.use_ff else theta
+        return theta if self.ff is None else theta + cap_norm(self.ff(theta), self.max_step)

@@ -104,7 +104,7 @@ def _block(b: TFLiteBuilder, fc, theta: int, block, positions: torch.Tensor, nam
                      name=f"{name}/coupling")
     delta = _cap(b, b.mul(gv, coupling, name=f"{name}/gated"), block.max_step, f"{name}/delta")
     theta = b.add(theta, delta, name=f"{name}/theta_attn")
-    if not block.use_ff:
+    if block.ff is None:
         return theta
     d_ff = block.ff.down.in_features
     w, bias = block.ff.gate_up.weight, block.ff.gate_up.bias
