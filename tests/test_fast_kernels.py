@@ -57,3 +57,18 @@ def test_default_kernels_are_faster_on_the_dsp_path(tmp_path):
     for name in ("stem", "projection", "feed-forward up", "feed-forward down"):
         assert rows[name]["speedup"] > 2.5, (name, rows[name]["speedup"])
         assert rows[name]["cycles_per_mac"] < 4.0, (name, rows[name]["cycles_per_mac"])
+
+
+@pytest.mark.parametrize("d_head", [6, 8, 16])
+def test_neon_attention_cores_equal_the_reference(d_head, tmp_path):
+    """The three fused cores' NEON paths (d_head 6: the tails and the portable fallbacks) on Cortex-A53, each output
+    checked against the integer reference by core_scaling, and faster than the portable loops."""
+    if not (shutil.which("aarch64-linux-gnu-gcc") or importlib.util.find_spec("ziglang")):
+        pytest.skip("no AArch64 compiler: apt-get install gcc-aarch64-linux-gnu, or pip install ziglang")
+    kw = dict(T_values=(9,), d_osc_values=(2,), core="cortex-a53", d_head=d_head)
+    (neon,) = E.core_scaling(**kw, work_dir=tmp_path / "neon")
+    (port,) = E.core_scaling(**kw, work_dir=tmp_path / "portable", flags=(*E.CFLAGS, "-DEDGEOSC_PORTABLE"))
+    if d_head % 8 == 0:  # the T x T matmuls on SMLAL; the linear core's int64 sums gain less
+        assert neon["softmax_cycles"] < 0.8 * port["softmax_cycles"]
+        assert neon["oscillator_cycles"] < 0.9 * port["oscillator_cycles"]
+        assert neon["oscillator_linear_cycles"] < port["oscillator_linear_cycles"]

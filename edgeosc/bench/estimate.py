@@ -350,7 +350,7 @@ def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int):
 
 def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequence[int] = (2, 4, 8, 16),
                  core: str = "cortex-m4", heads: int = 4, d_head: int = 8, work_dir: str | Path | None = None,
-                 seed: int = 0) -> list[dict]:
+                 seed: int = 0, flags: Sequence[str] = CFLAGS) -> list[dict]:
     """Cycles of one call of the fused oscillator cores vs the fused softmax core ([H, T, d_head] q, k, v).
 
     One row per (T, d_osc): the direct oscillator core's cycles, the softmax core's with its exp table (what the
@@ -360,11 +360,12 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
     oscillator_linear_cycles and ratio_linear (over the softmax core with its exp table); its MACs are the
     state updates' and the queries' contractions, 2 (2 C + (2p + 1)(d_v + 1)) per token and head with
     C = 1 + d_head + d_head (d_head + 1) / 2 coupling features.
-    Each output is checked against the integer reference (the computation counted is the right one).
+    Each output is checked against the integer reference (the computation counted is the right one). `flags`:
+    the compiler's (add "-DEDGEOSC_PORTABLE" for the portable loops instead of the DSP or NEON paths).
     """
     from ..integer import reference as R
     work = Path(work_dir) if work_dir else cache_dir()
-    elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work)
+    elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work, flags=flags)
     dev_key, dev = next((k, d) for k, d in D.DEVICES.items() if d.core == core)
 
     def run(fn, scope, args, bufs, want):

@@ -88,6 +88,22 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
     }
     return;
   }
+#elif EDGEOSC_NEON
+  if (dh % 8 == 0 && dh <= 64) { /* q - zq widened once; k - zk per key (both fit int16), SMLAL into int32 lanes */
+    int16x8_t qv[8];
+    const int16x8_t zk8 = vdupq_n_s16((int16_t)zk);
+    for (d = 0; d < dh; d += 8) qv[d / 8] = vsubq_s16(vmovl_s8(vld1_s8(qi + d)), vdupq_n_s16((int16_t)zq));
+    for (j = 0; j < T; ++j) {
+      const int8_t *kj = kh + (size_t)j * dh;
+      int32x4_t acc = vdupq_n_s32(0);
+      for (d = 0; d < dh; d += 8) {
+        const int16x8_t kd = vsubq_s16(vmovl_s8(vld1_s8(kj + d)), zk8);
+        acc = vmlal_high_s16(vmlal_s16(acc, vget_low_s16(qv[d / 8]), vget_low_s16(kd)), qv[d / 8], kd);
+      }
+      row[j] = edgeosc_requant_int8(vaddvq_s32(acc), rq, zo, rounding);
+    }
+    return;
+  }
 #endif
   for (j = 0; j < T; ++j) {
     const int8_t *kj = kh + (size_t)j * dh;
@@ -129,6 +145,24 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
       out[d + 1] = edgeosc_requant_int8(acc1 - zv * asum, rq, zo, rounding);
       out[d + 2] = edgeosc_requant_int8(acc2 - zv * asum, rq, zo, rounding);
       out[d + 3] = edgeosc_requant_int8(acc3 - zv * asum, rq, zo, rounding);
+    }
+    return;
+  }
+#elif EDGEOSC_NEON
+  if (dv % 8 == 0) { /* eight output lanes at a time: each key's weight a_j times its row v_j - zv (SMLAL by scalar) */
+    const int16x8_t zv8 = vdupq_n_s16((int16_t)zv);
+    for (d = 0; d < dv; d += 8) {
+      int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
+      int32_t acc[8], i;
+      for (j = 0; j < T; ++j) {
+        const int16x8_t vj = vsubq_s16(vmovl_s8(vld1_s8(vh + (size_t)j * dv + d)), zv8);
+        const int16_t a = (int16_t)(row[j] - za);
+        lo = vmlal_n_s16(lo, vget_low_s16(vj), a);
+        hi = vmlal_high_n_s16(hi, vj, a);
+      }
+      vst1q_s32(acc, lo);
+      vst1q_s32(acc + 4, hi);
+      for (i = 0; i < 8; ++i) out[d + i] = edgeosc_requant_int8(acc[i], rq, zo, rounding);
     }
     return;
   }
@@ -276,6 +310,14 @@ static uint32_t div_q21(uint32_t m, uint32_t d) {
   return q;
 }
 
+#if EDGEOSC_NEON
+/* x[0..3] - zp as int32 lanes (four loads: a vector load could read past the end of x) */
+static inline int32x4_t minus_zp4(const int8_t *x, int32_t zp) {
+  const int32_t t[4] = {x[0] - zp, x[1] - zp, x[2] - zp, x[3] - zp};
+  return vld1q_s32(t);
+}
+#endif
+
 static int32_t sat32(int64_t x) { return (int32_t)(x < INT32_MIN ? INT32_MIN : x > INT32_MAX ? INT32_MAX : x); }
 
 void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const int8_t *k, const int8_t *v,
@@ -296,7 +338,17 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const i
   }
   for (a = 0; a < dh; ++a) {
     const int32_t ka = k[a] - zk;
-    for (b = a; b < dh; ++b, sc += 2) {
+    b = a;
+#if EDGEOSC_NEON
+    for (; b + 4 <= dh; b += 4, sc += 8) { /* four features' (x r0, x r1) pairs: de-interleaved, added, stored back */
+      const int32x4_t kb = vmulq_n_s32(minus_zp4(k + b, zk), ka);
+      uint32x4x2_t pair = vld2q_u32(sc);
+      pair.val[0] = vaddq_u32(pair.val[0], vreinterpretq_u32_s32(vmulq_n_s32(kb, r0)));
+      pair.val[1] = vaddq_u32(pair.val[1], vreinterpretq_u32_s32(vmulq_n_s32(kb, r1)));
+      vst2q_u32(sc, pair);
+    }
+#endif
+    for (; b < dh; ++b, sc += 2) {
       const int32_t kk = ka * (k[b] - zk);
       sc[0] += (uint32_t)(kk * r0);
       sc[1] += (uint32_t)(kk * r1);
@@ -310,7 +362,15 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const i
   for (m = 0, sr += dv + 1; m < nr - 1; m += 2, sr += 2 * (dv + 1)) {
     const int32_t uc = sign * ((gate * harm[m] + 128) >> 8), us = sign * ((gate * harm[m + 1] + 128) >> 8);
     uint32_t *const ss = sr + dv + 1;
-    for (d = 0; d < dv; ++d) {
+    d = 0;
+#if EDGEOSC_NEON
+    for (; d + 4 <= dv; d += 4) {
+      const int32x4_t vd = minus_zp4(v + d, zv);
+      vst1q_u32(sr + d, vaddq_u32(vld1q_u32(sr + d), vreinterpretq_u32_s32(vmulq_n_s32(vd, uc))));
+      vst1q_u32(ss + d, vaddq_u32(vld1q_u32(ss + d), vreinterpretq_u32_s32(vmulq_n_s32(vd, us))));
+    }
+#endif
+    for (; d < dv; ++d) {
       const int32_t vd = v[d] - zv;
       sr[d] += (uint32_t)(uc * vd);
       ss[d] += (uint32_t)(us * vd);
@@ -325,7 +385,7 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
   const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
   const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh), *w = kWeights[p->p];
   int64_t h0, h1, num, den, inv;
-  int32_t beta[9], harm[8], hh[2], two_c1 = 2 * p->c1, a, b, m, d, n, e, dn, nd, shift;
+  int32_t beta[9], harm[8], hh[2], two_c1 = 2 * p->c1, a, b, m, d, n, e, dn, nd, shift, two = 1;
   const int32_t zq = p->zp_q;
   int8_t z[2];
   /* 1: h = 2 sum_j (2/s^2) taylor2(s Q.K_j) r_j = c1^2 R + 2 c1 Q.KR + sum_ab (2|4) Q_a Q_b KKR_ab */
@@ -341,7 +401,22 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
     const int32_t qa = q[a] - zq, qa4 = 4 * qa;
     h0 += (int64_t)(2 * qa * qa) * sc[0]; /* a == b: weight 2, a < b: 4 (both orders) */
     h1 += (int64_t)(2 * qa * qa) * sc[1];
-    for (b = a + 1, sc += 2; b < dh; ++b, sc += 2) {
+    b = a + 1;
+    sc += 2;
+#if EDGEOSC_NEON
+    if (b + 4 <= dh) { /* four features at a time: pairs de-interleaved, int64 lanes (SMLAL) */
+      int64x2_t v0 = vdupq_n_s64(0), v1 = vdupq_n_s64(0);
+      for (; b + 4 <= dh; b += 4, sc += 8) {
+        const int32x4_t qq = vmulq_n_s32(minus_zp4(q + b, zq), qa4);
+        const int32x4x2_t s = vld2q_s32(sc);
+        v0 = vmlal_high_s32(vmlal_s32(v0, vget_low_s32(qq), vget_low_s32(s.val[0])), qq, s.val[0]);
+        v1 = vmlal_high_s32(vmlal_s32(v1, vget_low_s32(qq), vget_low_s32(s.val[1])), qq, s.val[1]);
+      }
+      h0 += vaddvq_s64(v0);
+      h1 += vaddvq_s64(v1);
+    }
+#endif
+    for (; b < dh; ++b, sc += 2) {
       const int32_t qq = qa4 * (q[b] - zq);
       h0 += (int64_t)qq * sc[0];
       h1 += (int64_t)qq * sc[1];
@@ -368,13 +443,26 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
   dn = (int32_t)shift_round64(den, e);
   inv = div_q21((uint32_t)p->rq_out.multiplier, (uint32_t)dn);
   shift = 52 - p->rq_out.shift;
-  for (d = 0; d < dv; d += 2) { /* two numerators at a time share each beta */
-    int64_t nums[2] = {0, 0};
-    const int two = d + 1 < dv;
-    for (m = 0; m < nr; ++m) {
-      nums[0] += (int64_t)beta[m] * sr[m * (dv + 1) + d];
-      nums[1] += (int64_t)beta[m] * sr[m * (dv + 1) + d + two]; /* the last value twice when dv is odd */
-    }
+  for (d = 0; d < dv; d += two + 1) { /* two numerators at a time share each beta (NEON: four) */
+    int64_t nums[4] = {0, 0, 0, 0};
+    two = d + 1 < dv;
+#if EDGEOSC_NEON
+    if (d + 4 <= dv) { /* four numerators: int64 lanes (SMLAL by scalar) */
+      int64x2_t n01 = vdupq_n_s64(0), n23 = vdupq_n_s64(0);
+      for (m = 0; m < nr; ++m) {
+        const int32x4_t x = vld1q_s32(sr + m * (dv + 1) + d);
+        n01 = vmlal_n_s32(n01, vget_low_s32(x), beta[m]);
+        n23 = vmlal_high_n_s32(n23, x, beta[m]);
+      }
+      vst1q_s64(nums, n01);
+      vst1q_s64(nums + 2, n23);
+      two = 3;
+    } else
+#endif
+      for (m = 0; m < nr; ++m) {
+        nums[0] += (int64_t)beta[m] * sr[m * (dv + 1) + d];
+        nums[1] += (int64_t)beta[m] * sr[m * (dv + 1) + d + two]; /* the last value twice when dv is odd */
+      }
     for (n = 0; n <= two; ++n) {
       num = nums[n];
       if (e <= 0) /* a left shift of a numerator beyond 2^40 saturates anyway */
