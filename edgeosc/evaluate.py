@@ -61,7 +61,8 @@ def evaluate(model: torch.nn.Module, batches: Batches, n_classes: int, batch_siz
                                     minlength=n_classes**2).view(n_classes, n_classes)
         if hasattr(model, "diagnostics"):  # sums weighted by the batch's clips
             rows = [{k: v * len(labels) for k, v in row.items() if k != "block"} for row in model.diagnostics()]
-            diagnostics = rows if diagnostics is None else [{k: a[k] + b[k] for k in a} for a, b in zip(diagnostics, rows)]
+            diagnostics = rows if diagnostics is None else [{k: a[k] + b[k] for k in a}
+                                                            for a, b in zip(diagnostics, rows)]
     n = int(confusion.sum())
     out = dict(loss=loss_sum / max(n, 1), accuracy=confusion.trace().item() / max(n, 1), n=n,
                confusion=confusion.tolist())

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 from .config import (FLOAT_ONLY, MLPERF_FEATURES, OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig,
-                     ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind, to_dict)
+                     ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind,
+                     to_dict)
 from .io import write_json
 
 KINDS = ("oscillator", "softmax", "ds-cnn")  # the attention models and the baseline users run today (MLPerf Tiny)

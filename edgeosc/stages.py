@@ -101,8 +101,9 @@ def float_parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict
     feats = next(Batches(ds, "test", FeatureExtractor(ckpt.feature_cfg), torch.device("cpu"))(32))[0].numpy()
     path = run_dir / f"export-{kind}" / "tflite" / "float.tflite"
     res = dict(float_tflite_max_abs=parity_of(ckpt.model, path, feats))
-    res["float_tflite_accuracy"] = {name: evaluate_tflite(path, ds, ckpt.feature_cfg, ckpt.classes, "test", name)["accuracy"]
-                                    for name in res["float_tflite_max_abs"]}
+    res["float_tflite_accuracy"] = {
+        name: evaluate_tflite(path, ds, ckpt.feature_cfg, ckpt.classes, "test", name)["accuracy"]
+        for name in res["float_tflite_max_abs"]}
     write_json(folder / "parity.json", res)
     return res
 

@@ -33,16 +33,17 @@ def build(net) -> bytes:
     t, k = cfg.n_frames, cfg.d_model
     x = b.reshape(b.input(INPUT, [1, t, cfg.n_coeffs]), [1, 1, t, cfg.n_coeffs], name="input/nhwc")
 
+    if any(block.causal for block in net.blocks):
+        raise ValueError("the Kuramoto TFLite graph attends over the whole clip; causal blocks are not exported")
+
     def conv(rows: slice, name: str) -> int:
-        w, bias = net.to_phase.weight[rows], net.to_phase.bias[rows]
-        out = b.conv_2d(x, b.const(f"{name}/weight", _np(w.permute(0, 2, 1)[:, None])), b.const(f"{name}/bias", _np(bias)),
-                        name=name)
+        w, bias = net.to_phase.weight[rows].permute(0, 2, 1)[:, None], net.to_phase.bias[rows]  # OHWI
+        out = b.conv_2d(x, b.const(f"{name}/weight", _np(w)), b.const(f"{name}/bias", _np(bias)), name=name)
         return b.reshape(out, [1, t, -1], name=f"{name}/tokens")
 
-    def fc(v: int, w: torch.Tensor, bias: torch.Tensor | None, name: str) -> int:
-        return b.fully_connected(v, b.const(f"{name}/weight", _np(w)),
-                                 None if bias is None else b.const(f"{name}/bias", _np(bias)), keep_num_dims=True,
-                                 name=name)
+    def fc(v: int, w: torch.Tensor, bias: torch.Tensor, name: str) -> int:
+        return b.fully_connected(v, b.const(f"{name}/weight", _np(w)), b.const(f"{name}/bias", _np(bias)),
+                                 keep_num_dims=True, name=name)
 
     if cfg.phase_map == "angle":
         theta = b.atan2(conv(slice(k, 2 * k), "phase/y"), conv(slice(0, k), "phase/x"), name="theta0")
