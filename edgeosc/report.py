@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from .cbuild import firmware_name
+from .config import FLOAT_ONLY
 from .io import atomic_path, write_json
 
 
@@ -174,7 +175,7 @@ def markdown(r: dict) -> str:
         lines.append(f"| {k} | {_pct((m[k]['float'] or {}).get('test_accuracy'))} | "
                      f"{_pct((m[k]['qat'] or {}).get('test_accuracy'))} | " +
                      " | ".join(_pct(acc.get(n)) for n in names) + " |")
-    floats = {k: (m[k]["parity"] or {}).get("float_tflite_accuracy") for k in kinds if m[k]["qat"] is None}
+    floats = {k: (m[k]["parity"] or {}).get("float_tflite_accuracy") for k in kinds if k in FLOAT_ONLY}
     for k, acc in floats.items():
         lines += ["", f"{k} runs in float only (no int8 path; docs/results.md#kuramoto-attention): float.tflite "
                       + ", ".join(f"{_pct(v)} in {n}" for n, v in (acc or {}).items()) + "."]
