@@ -26,17 +26,11 @@ class Timed:
 
 
 def runtimes_for(path: str | Path) -> list[str]:
-    """The installed runtimes that take this file: all TFLite interpreters for .tflite, tflite-runtime alone for
-    one with the EdgeOscAttention op (the kernel registers with it from Python; TFLite Micro: compiled in)."""
+    """The installed runtimes that take this file: onnxruntime for .onnx, runtime.interpreters_for a .tflite."""
     if Path(path).suffix == ".onnx":
         return [ONNX_RUNTIME]
     from .. import runtime
-    names = runtime.available_interpreters()
-    if _has_custom_ops(path):
-        return [n for n in names if n == "tflite-runtime"]
-    if runtime.MICRO_MISSING & set(runtime.check_tflite(path)["builtin_ops"]):
-        return [n for n in names if n != "tflite-micro"]
-    return names
+    return runtime.interpreters_for(path)
 
 
 def prepare(path: str | Path, runtime_name: str, threads: int = 1) -> Timed:

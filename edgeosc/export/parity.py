@@ -11,7 +11,6 @@ import numpy as np
 import torch
 
 from .. import runtime
-from ..runtime import MICRO_MISSING
 
 
 def _run(path: Path, feats: np.ndarray, interpreter: str, xnnpack: bool = True) -> np.ndarray:
@@ -21,14 +20,10 @@ def _run(path: Path, feats: np.ndarray, interpreter: str, xnnpack: bool = True) 
 def interpreters(xnnpack_variants: bool = True, path: str | Path | None = None) -> list[tuple[str, bool]]:
     """(interpreter, xnnpack) pairs to compare: ai-edge-litert with and without its default XNNPACK delegate
     (which takes int8 ops and rounds as float32 like fake quantization), the others as they come. A file with the
-    EdgeOscAttention op runs in tflite-runtime only (the one interpreter that registers a kernel from Python)."""
-    info = runtime.check_tflite(path) if path is not None else None
-    if info and info["custom_ops"]:
-        return [("tflite-runtime", True)] if "tflite-runtime" in runtime.available_interpreters() else []
+    EdgeOscAttention op runs in tflite-runtime only (the one interpreter that registers a kernel from Python); a
+    file with a builtin TFLite Micro lacks, not there (runtime.interpreters_for)."""
     out = []
-    for name in runtime.available_interpreters():
-        if name == "tflite-micro" and info and MICRO_MISSING & set(info["builtin_ops"]):
-            continue
+    for name in runtime.available_interpreters() if path is None else runtime.interpreters_for(path):
         out.append((name, True))
         if name == "ai-edge-litert" and xnnpack_variants:
             out.append((name, False))

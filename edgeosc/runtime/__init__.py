@@ -38,6 +38,18 @@ def available_interpreters() -> list[str]:
     return [n for n in PREFERENCE if _module(n) is not None]
 
 
+def interpreters_for(path: str | Path) -> list[str]:
+    """The installed interpreters that run this .tflite: tflite-runtime alone for a file with the EdgeOscAttention op
+    (the one whose kernel registers from Python; TFLite Micro compiles it in), all but TFLite Micro for a file with
+    a builtin it lacks (MICRO_MISSING)."""
+    info, names = check_tflite(path), available_interpreters()
+    if info["custom_ops"]:
+        return [n for n in names if n == "tflite-runtime"]
+    if MICRO_MISSING & set(info["builtin_ops"]):
+        return [n for n in names if n != "tflite-micro"]
+    return names
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """A graph input/output: shape, dtype and (per-tensor or per-channel) quantization."""
