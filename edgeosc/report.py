@@ -142,9 +142,12 @@ def _scaling_lines(r: dict) -> list[str]:
                   "`firmware_models/kernels/edgeosc_simd.h`) checked equal to the portable reference path, bit for "
                   "bit. "
                   "The floor is about 1 cycle per MAC (docs/results.md#fast-kernels).", "",
-                  "| op | layer | MACs | cycles/MAC | portable cycles/MAC | speedup |", "|---|---|---|---|---|---|"]
-        lines += [f"| {k['op']} | {k['name']} | {k['macs']:,} | {k['cycles_per_mac']:.2f} | "
-                  f"{k['reference_cycles_per_mac']:.2f} | {k['speedup']:.1f}x |" for k in sc["kernels"]]
+                  "| op | layer | MACs | cycles/MAC | portable cycles/MAC | cycles/output | speedup |",
+                  "|---|---|---|---|---|---|---|"]
+        per_mac = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731  (ADD / SUB: no MACs)
+        lines += [f"| {k['op']} | {k['name']} | {k['macs']:,} | {per_mac(k['cycles_per_mac'])} | "
+                  f"{per_mac(k['reference_cycles_per_mac'])} | {k.get('cycles_per_output', 0):.1f} | "
+                  f"{k['speedup']:.1f}x |" for k in sc["kernels"]]
     return lines
 
 

@@ -31,6 +31,9 @@ EDGE_SHAPES = [
          k_w=3, out_c=12),
     dict(op="DEPTHWISE_CONV_2D", name="depthwise multiplier 2 (portable)", in_h=4, in_w=4, in_c=3, k_h=3, k_w=3,
          out_c=6),
+    dict(op="ADD", name="add", rows=5, cols=7),
+    dict(op="SUB", name="sub of a row broadcast, clamped", rows=4, cols=9, row_broadcast=1, act=(-30, 100)),
+    dict(op="ADD", name="add, relu", rows=3, cols=16, act=(-5, 127)),
 ]
 
 

@@ -438,12 +438,29 @@ int edgeosc_bench_conv(const int32_t *f, const int8_t *w, const int32_t *bias, c
     edgeosc_conv2d_int8(&p, in, out, scratch);
   return 0;
 }
+
+/* ADD / SUB: f = dims[4], stride_a[4], stride_b[4], zp_a, zp_b, zp_out, act_min, act_max, subtract; mult and
+ * shift: a's, b's, the output's. */
+int edgeosc_bench_add(const int32_t *f, const int8_t *b, const int32_t *bias, const int32_t *mult,
+                      const int32_t *shift, const int8_t *in, int8_t *out, int32_t *scratch) {
+  EdgeoscAddParams p;
+  int32_t i;
+  for (i = 0; i < 4; ++i) p.shape.dims[i] = f[i], p.shape.stride_a[i] = f[4 + i], p.shape.stride_b[i] = f[8 + i];
+  p.zp_a = f[12], p.zp_b = f[13], p.zp_out = f[14], p.act_min = f[15], p.act_max = f[16], p.subtract = f[17];
+  p.left_shift = 20;
+  p.rq_a.multiplier = mult[0], p.rq_a.shift = shift[0], p.rq_b.multiplier = mult[1], p.rq_b.shift = shift[1];
+  p.rq_out.multiplier = mult[2], p.rq_out.shift = shift[2];
+  (void)bias, (void)scratch;
+  edgeosc_add_int8(&p, in, b, out);
+  return 0;
+}
 """
 
 
 def default_kernel_shapes() -> list[dict]:
     """The builtin kernels of the default small model (models/kws.py SIZES["small"], 49 frames x 40 coefficients)
-    at their shapes: the stem, the attention projections, the feed-forward pair and the classifier."""
+    at their shapes: the stem, the attention projections, the feed-forward pair, the classifier, a residual ADD
+    and the layer norm's SUB of the row mean."""
     from ..config import ModelConfig
     from ..models.kws import resolve
     m = resolve(ModelConfig())
@@ -453,7 +470,9 @@ def default_kernel_shapes() -> list[dict]:
             dict(op="FULLY_CONNECTED", name="feed-forward up", rows=T, depth=d, units=2 * d),
             dict(op="FULLY_CONNECTED", name="feed-forward down", rows=T, depth=2 * d, units=d),
             dict(op="FULLY_CONNECTED", name="layer-norm mean", rows=T, depth=d, units=1),
-            dict(op="FULLY_CONNECTED", name="classifier", rows=1, depth=d, units=m.n_classes)]
+            dict(op="FULLY_CONNECTED", name="classifier", rows=1, depth=d, units=m.n_classes),
+            dict(op="ADD", name="residual", rows=T, cols=d),
+            dict(op="SUB", name="layer-norm center", rows=T, cols=d, row_broadcast=1)]
 
 
 def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
@@ -462,6 +481,17 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside and outside the image alike)."""
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
+    if spec["op"] in ("ADD", "SUB"):  # "rows" x "cols", b broadcast along the row when "row_broadcast"
+        rows, cols, lo, hi = spec["rows"], spec["cols"], *spec.get("act", (-128, 127))
+        row_b = int(spec.get("row_broadcast", 0))
+        scales = rng.uniform(0.01, 0.2, 3)
+        mult, shift = zip(*(R.quantize_multiplier(m) for m in R.add_multipliers(*scales)))
+        f = np.array([1, 1, rows, cols, 0, 0, cols, 1, 0, 0, 1 if row_b else cols, 0 if row_b else 1,
+                      *rng.integers(-128, 128, 3), lo, hi, int(spec["op"] == "SUB")], np.int32)
+        bufs = dict(f=f, w=i8(rows, 1 if row_b else cols), bias=np.zeros(1, np.int32),
+                    mult=np.array(mult, np.int32), shift=np.array(shift, np.int32), x=i8(rows, cols),
+                    out=np.zeros(rows * cols, np.int8), scratch=np.zeros(1, np.int32))
+        return "edgeosc_bench_add", ["f", "w", "bias", "mult", "shift", "x", "out", "scratch"], bufs, 0
     if spec["op"] == "FULLY_CONNECTED":
         rows, depth, units = spec["rows"], spec["depth"], spec["units"]
         lo, hi = spec.get("act", (-128, 127))
@@ -469,7 +499,7 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
                       int(spec.get("per_channel", 0))], np.int32)
         w, x, macs, n_out, n_bias = i8(units, depth), i8(rows, depth), rows * depth * units, rows * units, units
         channels = units if spec.get("per_channel", 0) else 1
-        fn, words = "edgeosc_bench_fc", depth + 6  # EDGEOSC_FC_SCRATCH_WORDS
+        fn, words = "edgeosc_bench_fc", depth + 6 + 2 * units  # EDGEOSC_FC_SCRATCH_WORDS
     else:
         depthwise = spec["op"] == "DEPTHWISE_CONV_2D"
         h, wd, c, kh, kw, oc = (spec[k] for k in ("in_h", "in_w", "in_c", "k_h", "k_w", "out_c"))
@@ -481,7 +511,7 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         w, x, n_out = i8(1, kh, kw, oc) if depthwise else i8(oc, kh, kw, c), i8(h, wd, c), oh * ow * oc
         n_bias = channels = oc
         macs = oh * ow * kh * kw * oc * (1 if depthwise else c)
-        fn, words = "edgeosc_bench_conv", kh * kw * c + 6 + (kh * kw * c + 1) // 2  # EDGEOSC_CONV_SCRATCH_WORDS
+        fn, words = "edgeosc_bench_conv", kh * kw * c + 6 + 2 * oc + (kh * kw * c + 1) // 2  # EDGEOSC_CONV_SCRATCH_WORDS
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
     bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, n_bias).astype(np.int32), mult=np.array(mult, np.int32),
                 shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8), scratch=np.zeros(words, np.int32))
@@ -494,8 +524,9 @@ def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None,
     the portable reference path (-DEDGEOSC_PORTABLE), both emulated on `core` with the same random int8 data.
 
     One row per kernel (default_kernel_shapes() unless given): op, name, shape, macs, cycles and cycles_per_mac
-    (the fast path), reference_cycles and reference_cycles_per_mac, speedup. The fast path's output must equal
-    the reference path's, bit for bit, or RuntimeError is raised.
+    (the fast path), reference_cycles and reference_cycles_per_mac (None for ADD / SUB, which have no MACs),
+    cycles_per_output, speedup. The fast path's output must equal the reference path's, bit for bit, or
+    RuntimeError is raised.
     """
     work = Path(work_dir) if work_dir else cache_dir()
     driver = _text(work, "kernels", KERNEL_DRIVER)
@@ -511,7 +542,9 @@ def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None,
             raise RuntimeError(f"{spec['op']} {spec['name']} on {core}: the fast path differs from the portable path")
         cyc, ref = (C.cycles(r.scoped[fn], core) for r in runs)
         shape = {k: v for k, v in spec.items() if k not in ("op", "name")}
+        per_mac = (lambda c: c / macs) if macs else (lambda c: None)  # noqa: E731  (ADD / SUB: no MACs)
+        n_out = runs[0].outputs["out"].size
         rows.append(dict(op=spec["op"], name=spec["name"], shape=shape, core=core, macs=macs, cycles=cyc,
-                         cycles_per_mac=cyc / macs, reference_cycles=ref, reference_cycles_per_mac=ref / macs,
-                         speedup=ref / cyc, output=runs[0].outputs["out"]))
+                         cycles_per_mac=per_mac(cyc), reference_cycles=ref, reference_cycles_per_mac=per_mac(ref),
+                         cycles_per_output=cyc / n_out, speedup=ref / cyc, output=runs[0].outputs["out"]))
     return rows

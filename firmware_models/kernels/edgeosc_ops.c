@@ -102,11 +102,34 @@ static inline int8_t channel_out_fast(const ChannelOut *c, int32_t acc) {
   return (int8_t)clamp(y, c->lo, c->hi);
 }
 
+/* Each channel's edgeosc_dsp_requant constants, once per layer, two words a channel in k: 2M, and
+ * left | right << 8. 0 if some channel's constants need the portable requantization (none is written then). */
+static int prepare_requant(const EdgeoscChannelRequant *rq, int32_t units, int32_t *k) {
+  EdgeoscDspRequant q;
+  int32_t c;
+  for (c = 0; c < (rq->per_channel ? units : 1); ++c, k += 2) {
+    if (!edgeosc_dsp_requant_init(&q, rq->multiplier[c], rq->shift[c])) return 0;
+    k[0] = q.m2, k[1] = q.left | q.right << 8;
+  }
+  return 1;
+}
+
+/* edgeosc_dsp_requant of two accumulators with one channel's prepared constants, then zp and the clamp. */
+static inline void requant_pair(const int32_t *k, int32_t acc_a, int32_t acc_b, int32_t zp_out, int32_t lo,
+                                int32_t hi, int8_t *out_a, int8_t *out_b) {
+  EdgeoscDspRequant q;
+  q.m2 = k[0], q.left = k[1] & 255, q.right = k[1] >> 8, q.half = (1 << q.right) >> 1;
+  *out_a = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_a) + zp_out, lo, hi);
+  *out_b = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_b) + zp_out, lo, hi);
+}
+
 /* out[r, u] = requant(bias[u] + (x_r - zp) . w_u) for the two widened rows in x (the same row twice when
- * r1 == 0): FULLY_CONNECTED / CONV_2D output rows r0 and r1. */
+ * r1 == r0): FULLY_CONNECTED / CONV_2D output rows r0 and r1. k: prepare_requant's constants, or NULL for the
+ * portable requantization. */
 static void rows_times_weights(const int32_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
-                               int32_t units, const EdgeoscChannelRequant *rq, int32_t zp_out, int32_t lo,
-                               int32_t hi, int8_t *r0, int8_t *r1) {
+                               int32_t units, const EdgeoscChannelRequant *rq, const int32_t *k, int32_t zp_out,
+                               int32_t lo, int32_t hi, int8_t *r0, int8_t *r1) {
+  const int32_t k_step = rq->per_channel ? 2 : 0;
   ChannelOut cu, cv;
   int32_t u;
   for (u = 0; u < units; u += 2) {
@@ -115,41 +138,49 @@ static void rows_times_weights(const int32_t *x, const int8_t *weights, const in
     acc[0] = acc[2] = bias ? bias[u] : 0;
     acc[1] = acc[3] = bias ? bias[v] : 0;
     dot_2x2(x, weights + u * depth, pair ? depth : 0, depth, acc);
+    if (k) {
+      requant_pair(k + k_step * u, acc[0], acc[2], zp_out, lo, hi, r0 + u, r1 + u);
+      if (pair) requant_pair(k + k_step * v, acc[1], acc[3], zp_out, lo, hi, r0 + v, r1 + v);
+      continue;
+    }
     if (u == 0 || rq->per_channel) {
       channel_out_init(&cu, rq, u, zp_out, lo, hi);
       channel_out_init(&cv, rq, v, zp_out, lo, hi);
     }
     r0[u] = channel_out_fast(&cu, acc[0]);
-    if (pair) r0[v] = channel_out_fast(&cv, acc[1]);
-    if (r1) {
-      r1[u] = channel_out_fast(&cu, acc[2]);
-      if (pair) r1[v] = channel_out_fast(&cv, acc[3]);
-    }
+    r1[u] = channel_out_fast(&cu, acc[2]);
+    if (pair) r0[v] = channel_out_fast(&cv, acc[1]), r1[v] = channel_out_fast(&cv, acc[3]);
   }
 }
 
+/* scratch: the two widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
 static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t D = p->depth, U = p->units;
+  int32_t *const k = wide + EDGEOSC_WIDE_WORDS(D);
+  const int fast = prepare_requant(&p->rq, U, k);
   int32_t r;
   for (r = 0; r < p->rows; r += 2) {
     const int32_t two = r + 1 < p->rows;
     widen_rows(in + r * D, in + (r + two) * D, D, p->zp_in, wide);
-    rows_times_weights(wide, p->weights, p->bias, D, U, &p->rq, p->zp_out, p->act_min, p->act_max, out + r * U,
-                       two ? out + (r + 1) * U : 0);
+    rows_times_weights(wide, p->weights, p->bias, D, U, &p->rq, fast ? k : 0, p->zp_out, p->act_min, p->act_max,
+                       out + r * U, out + (r + two) * U);
   }
 }
 
+/* scratch: the widened rows, the two receptive fields (K bytes each), prepare_requant's constants */
 static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c, pixels = p->out_h * p->out_w;
-  int8_t *const patch = (int8_t *)(wide + EDGEOSC_FC_SCRATCH_WORDS(K)); /* two fields of K bytes */
+  int8_t *const patch = (int8_t *)(wide + EDGEOSC_WIDE_WORDS(K));
+  int32_t *const k = wide + EDGEOSC_WIDE_WORDS(K) + (K + 1) / 2;
+  const int fast = prepare_requant(&p->rq, C, k);
   int32_t o;
   for (o = 0; o < pixels; o += 2) {
     const int32_t two = o + 1 < pixels;
     conv_patch(p, in, o, patch);
     conv_patch(p, in, o + two, patch + K);
     widen_rows(patch, patch + K, K, p->zp_in, wide);
-    rows_times_weights(wide, p->weights, p->bias, K, C, &p->rq, p->zp_out, p->act_min, p->act_max, out + o * C,
-                       two ? out + (o + 1) * C : 0);
+    rows_times_weights(wide, p->weights, p->bias, K, C, &p->rq, fast ? k : 0, p->zp_out, p->act_min, p->act_max,
+                       out + o * C, out + (o + two) * C);
   }
 }
 #endif
@@ -195,7 +226,7 @@ static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
 static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   const int32_t K = p->k_h * p->k_w * p->in_c, pixels = p->out_h * p->out_w;
   int16_t *const x = (int16_t *)(void *)scratch;
-  int8_t *const patch = (int8_t *)(scratch + EDGEOSC_FC_SCRATCH_WORDS(K));
+  int8_t *const patch = (int8_t *)(scratch + EDGEOSC_WIDE_WORDS(K));
   int32_t o;
   for (o = 0; o < pixels; ++o) {
     conv_patch(p, in, o, patch);
@@ -416,10 +447,64 @@ void edgeosc_sum_pool_int8(const EdgeoscPoolParams *p, const int8_t *in, int8_t 
         }                                                                                  \
   } while (0)
 
+#if EDGEOSC_DSP
+/* An ADD / SUB input on the 2^20 grid: edgeosc_dsp_requant's arithmetic without a clamp, r = 0 allowed (neg
+ * masks the sign term off). Exact: (x - zp) 2^20 times a multiplier below 1 stays below 2^28, far from any
+ * saturation. */
+typedef struct {
+  int32_t zp, m2, half, neg, right;
+} AddInput;
+
+static int add_input_init(AddInput *in, int32_t zp, EdgeoscRequant rq) {
+  EdgeoscDspRequant q;
+  edgeosc_dsp_requant_init(&q, rq.multiplier, rq.shift);
+  in->zp = zp, in->m2 = q.m2, in->half = q.half, in->neg = q.right ? -1 : 0, in->right = q.right;
+  return rq.multiplier >= (1 << 30) && q.left == 0;
+}
+
+static inline int32_t add_input(const AddInput *in, int32_t v) {
+  const int32_t x = (v - in->zp) << 20, s = edgeosc_smmulr(x, in->m2) + x;
+  return (s + in->half + ((s >> 31) & in->neg)) >> in->right;
+}
+
+/* edgeosc_add_int8 on the DSP path, row by row of the broadcast shape, an input that broadcasts along the row
+ * (the layer norm's mean) taken once per row; 0 when its constants need the portable path. */
+static int add_dsp(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out) {
+  const EdgeoscBroadcast *s = &p->shape;
+  const int32_t n = s->dims[3], sa = s->stride_a[3], sb = s->stride_b[3], sign = p->subtract ? -1 : 1;
+  const int32_t zp_out = p->zp_out, lo = p->act_min, hi = p->act_max;
+  AddInput ia, ib;
+  EdgeoscDspRequant qo;
+  int32_t d0, d1, d2, k;
+  if (!(add_input_init(&ia, p->zp_a, p->rq_a) & add_input_init(&ib, p->zp_b, p->rq_b) &
+        edgeosc_dsp_requant_init(&qo, p->rq_out.multiplier, p->rq_out.shift)) || p->left_shift != 20)
+    return 0;
+  for (d0 = 0; d0 < s->dims[0]; ++d0)
+    for (d1 = 0; d1 < s->dims[1]; ++d1)
+      for (d2 = 0; d2 < s->dims[2]; ++d2, out += n) {
+        const int8_t *ra = a + d0 * s->stride_a[0] + d1 * s->stride_a[1] + d2 * s->stride_a[2];
+        const int8_t *rb = b + d0 * s->stride_b[0] + d1 * s->stride_b[1] + d2 * s->stride_b[2];
+        if (sb == 0) {
+          const int32_t xb = sign * add_input(&ib, *rb);
+          for (k = 0; k < n; ++k, ra += sa)
+            out[k] = (int8_t)clamp(edgeosc_dsp_requant(&qo, add_input(&ia, *ra) + xb) + zp_out, lo, hi);
+        } else {
+          for (k = 0; k < n; ++k, ra += sa, rb += sb)
+            out[k] = (int8_t)clamp(edgeosc_dsp_requant(&qo, add_input(&ia, *ra) + sign * add_input(&ib, *rb)) +
+                                   zp_out, lo, hi);
+        }
+      }
+  return 1;
+}
+#endif
+
 void edgeosc_add_int8(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out) {
   /* the requantization constants split once (edgeosc_mbqm per element, inlined); left_shift is 20 */
   const int32_t ma = p->rq_a.multiplier, ra = -p->rq_a.shift, mb = p->rq_b.multiplier, rb = -p->rq_b.shift;
   const int32_t one = 1 << p->left_shift, sign = p->subtract ? -1 : 1;
+#if EDGEOSC_DSP
+  if (add_dsp(p, a, b, out)) return;
+#endif
   if (p->rq_a.shift > 0 || p->rq_b.shift > 0) { /* input multipliers above 1: TFLite never makes them */
     EDGEOSC_BROADCAST(&p->shape, {
       const int32_t xa = edgeosc_mbqm((a[ia] - p->zp_a) * one, ma, p->rq_a.shift);

@@ -33,12 +33,12 @@ typedef struct {
   EdgeoscChannelRequant rq;
 } EdgeoscConvParams;
 
-/* scratch: EDGEOSC_CONV_SCRATCH_WORDS(p) int32 words for the DSP path (two receptive fields, widened), or
- * NULL for the portable loops. */
+/* scratch: EDGEOSC_CONV_SCRATCH_WORDS(...) int32 words for the fast paths (two receptive fields, widened, and
+ * each channel's requantization constants), or NULL for the portable loops. */
 void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
 
-#define EDGEOSC_CONV_SCRATCH_WORDS(k_h, k_w, in_c) \
-  (EDGEOSC_FC_SCRATCH_WORDS((k_h) * (k_w) * (in_c)) + ((k_h) * (k_w) * (in_c) + 1) / 2)
+#define EDGEOSC_CONV_SCRATCH_WORDS(k_h, k_w, in_c, out_c) \
+  (EDGEOSC_FC_SCRATCH_WORDS((k_h) * (k_w) * (in_c), out_c) + ((k_h) * (k_w) * (in_c) + 1) / 2)
 
 /* DEPTHWISE_CONV_2D on one NHWC image, the same parameters as CONV_2D with weights [1, k_h, k_w, out_c] and
  * out_c a multiple of in_c (output channel c reads input channel c / (out_c / in_c)), as TFLite's
@@ -63,11 +63,12 @@ typedef struct {
   EdgeoscChannelRequant rq;
 } EdgeoscFcParams;
 
-/* scratch: EDGEOSC_FC_SCRATCH_WORDS(depth) int32 words for the DSP path (two input rows widened to int16),
- * or NULL for the portable loops. */
+/* scratch: EDGEOSC_FC_SCRATCH_WORDS(depth, units) int32 words for the fast paths (two input rows widened to
+ * int16, then two words of requantization constants per channel), or NULL for the portable loops. */
 void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
 
-#define EDGEOSC_FC_SCRATCH_WORDS(depth) ((depth) + 6)
+#define EDGEOSC_WIDE_WORDS(depth) ((depth) + 6)
+#define EDGEOSC_FC_SCRATCH_WORDS(depth, units) (EDGEOSC_WIDE_WORDS(depth) + 2 * (units))
 
 /* Sum pooling over the rows of in [rows, cols] -> out [cols]: what TRANSPOSE to [cols, rows] followed by
  * a FULLY_CONNECTED with one weight value on every row computes (the exporter's mean over time), without

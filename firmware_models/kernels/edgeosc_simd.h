@@ -34,6 +34,36 @@ static inline void edgeosc_widen4(int32_t word, int32_t zp2, int32_t *even, int3
 }
 
 static inline int32_t edgeosc_pair(int32_t v) { return (int32_t)(((uint32_t)v & 0xFFFFu) * 0x10001u); }
+
+/* round(a * b / 2^32), ties up: SMMULR (no ACLE intrinsic). */
+static inline int32_t edgeosc_smmulr(int32_t a, int32_t b) {
+  int32_t r;
+  __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+/* TFLite's double-rounding requantization (edgeosc_mbqm) with its constants prepared once, in five
+ * instructions: SRDHM(a, M) = floor((a M + 2^30) / 2^31) is SMMULR(a, 2M - 2^32) + a for M in [2^30, 2^31)
+ * (2M - 2^32 is 2M's int32 bits), and the shift right by r with ties away from zero is
+ * (x + 2^(r-1) - [x < 0]) >> r for r >= 1, its add saturating (QADD): where it saturates, the exact result
+ * is >= 2^(31-r) and this one 1 less, and both clamp to the same int8 for r <= 23. So it is exact for
+ * M in [2^30, 2^31) and 1 <= r <= 23 (edgeosc_dsp_requant_init says whether); other constants take
+ * edgeosc_mbqm. */
+typedef struct {
+  int32_t m2, left, right, half;
+} EdgeoscDspRequant;
+
+static inline int edgeosc_dsp_requant_init(EdgeoscDspRequant *q, int32_t multiplier, int32_t shift) {
+  q->m2 = (int32_t)((uint32_t)multiplier << 1), q->left = shift > 0 ? shift : 0, q->right = shift > 0 ? 0 : -shift;
+  q->half = q->right > 0 ? 1 << (q->right - 1) : 0;
+  return multiplier >= (1 << 30) && q->right >= 1 && q->right <= 23;
+}
+
+/* edgeosc_mbqm(acc, multiplier, shift) for constants edgeosc_dsp_requant_init accepted (before zp and clamp). */
+static inline int32_t edgeosc_dsp_requant(const EdgeoscDspRequant *q, int32_t acc) {
+  const int32_t a = (int32_t)((uint32_t)acc << q->left), x = edgeosc_smmulr(a, q->m2) + a;
+  return (__qadd(x, q->half) + (x >> 31)) >> q->right;
+}
 #else
 #define EDGEOSC_DSP 0
 #endif

@@ -524,9 +524,9 @@ class Lowering:
         x, out, p = self.conv_params(op, *w.shape[1:3])
         if w.shape[0] != out.shape[3] or w.shape[3] != x.shape[3]:
             raise UnsupportedGraph(f"{out.name}: CONV_2D weights {w.shape} do not map {x.shape} to {out.shape}")
-        K = w.shape[1] * w.shape[2] * w.shape[3]  # EDGEOSC_CONV_SCRATCH_WORDS: the DSP path's scratch
+        K = w.shape[1] * w.shape[2] * w.shape[3]  # EDGEOSC_CONV_SCRATCH_WORDS: the fast paths' scratch
         return self.emit("edgeosc_conv2d_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
-                         scratch=4 * (K + 6 + (K + 1) // 2))
+                         scratch=4 * (K + 6 + 2 * w.shape[0] + (K + 1) // 2))
 
     def op_depthwise_conv_2d(self, op: Op):
         w, out = self.t(op.inputs[1]), self.t(op.outputs[0])
@@ -566,7 +566,7 @@ class Lowering:
             act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
             rq=channel_rq(x, w, out, out.name)))
         return self.emit("edgeosc_fc_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
-                         scratch=4 * (w.shape[1] + 6))  # EDGEOSC_FC_SCRATCH_WORDS: the DSP path's scratch
+                         scratch=4 * (w.shape[1] + 6 + 2 * w.shape[0]))  # EDGEOSC_FC_SCRATCH_WORDS
 
     def binary(self, op: Op):
         a, b, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
