@@ -133,6 +133,12 @@ class ModelConfig:
     max_step: float = 1.0  # norm cap on each phase increment, as radians per coordinate (cap sqrt(d_model) x this)
     phase_readout: str = "linear"  # circular means -> logits: "linear" (a weight per class and cos / sin), "prototype"
     feed_forward: bool = True  # the SwiGLU increment after each Kuramoto attention increment
+    # the streaming variant (docs/maths.md#streaming): > 0 makes the network causal, each attention layer reading the
+    # last `window` frames (the linear oscillator core's sums, softmax's key/value cache), the stem left-padded, the
+    # pooling a running mean over the window, positions relative (no absolute embedding); a stream then costs one
+    # frame's work per hop (KWSTransformer.stream_step)
+    window: int = 0
+    rotate_anchors: bool = True  # streaming oscillator: anchors turn by a learned per-head angle per frame
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
@@ -150,6 +156,10 @@ class ModelConfig:
                              f"max_step > 0; got {self.phase_map!r}, {self.phase_readout!r}, {self.max_step}")
         if self.form not in FORMS:
             raise ValueError(f"unknown form {self.form!r}; choose from {FORMS}")
+        if self.window < 0 or (self.window and not (self.attention == "softmax" or (
+                self.attention == "oscillator" and self.form == "linear" and self.d_osc == 2))):
+            raise ValueError(f"window {self.window}: the streaming variant (window > 0) is for softmax attention or "
+                             "the linear oscillator core at d_osc 2 (form 'linear'), and window >= 0")
         if self.form == "linear" and (self.attention != "oscillator" or self.positive not in POLYNOMIAL_MAPS):
             raise ValueError(f"form 'linear' is an oscillator setting and needs a polynomial positive map "
                              f"({', '.join(POLYNOMIAL_MAPS)}), not positive {self.positive!r}")

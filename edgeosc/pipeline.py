@@ -56,6 +56,9 @@ class PipelineConfig:
     def __post_init__(self):
         if not self.kinds or set(self.kinds) - set(KINDS + FLOAT_ONLY):
             raise ValueError(f"kinds must be a non-empty subset of {list(KINDS + FLOAT_ONLY)}, not {list(self.kinds)}")
+        if self.model.window:
+            raise ValueError("model.window > 0: the pipeline's exports do not carry a stream's state yet; train the "
+                             "streaming variant with `edgeosc train --window N`")
 
     def features_of(self, kind: str) -> FeatureConfig:
         return self.dscnn_features if kind == "ds-cnn" else self.features

@@ -255,6 +255,8 @@ def _quantize_dscnn(qat: QATModel, preset: Preset) -> None:
 
 def quantize_model(model: nn.Module, quant_cfg: QuantConfig) -> QATModel:
     """The QAT twin of a float KWS network of any kind, with its float weights (the input is kept)."""
+    if getattr(getattr(model, "cfg", None), "window", 0):
+        raise ValueError("QAT of the streaming variant (model window > 0) is not built yet: it trains in float")
     preset, net = PRESETS[quant_cfg.preset], copy.deepcopy(model)
     if isinstance(net, DSCNN):
         qat = QATModel(net, quant_cfg)

@@ -147,6 +147,10 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--max-step", "model.max_step", "Kuramoto: norm cap on each phase increment, radians per coordinate (RMS)"),
     ("--phase-readout", "model.phase_readout", None),
     ("--feed-forward", "model.feed_forward", None),
+    ("--window", "model.window", "The streaming variant: > 0 makes the network causal, each attention layer "
+     "reading the last WINDOW frames, so a stream costs one frame's work per hop (softmax, or the linear "
+     "oscillator core at d_osc 2); 0: whole-clip attention"),
+    ("--rotate-anchors", "model.rotate_anchors", None),
     ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands; >0: that many MFCCs"),
     ("--normalize", "features.normalize", "Per-clip mean subtraction of the features: over every frame "
      "(utterance) or over the frames within 30 dB of the clip's loudest (active, log-mel only)"),

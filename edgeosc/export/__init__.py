@@ -24,6 +24,10 @@ TOOLS = ("edgeosc", "torch", "brevitas", "onnx", "onnxruntime", "onnxoptimizer",
 def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path, target: str = "onnx") -> Path:
     if target not in TARGETS:
         raise ValueError(f"unknown export target {target!r}; choose from {sorted(TARGETS)}")
+    if getattr(ckpt.model_cfg, "window", 0):
+        raise ValueError(f"model window {ckpt.model_cfg.window}: the streaming variant runs in PyTorch "
+                         "(KWSTransformer.stream_step); its exports, with the state as extra inputs and outputs, are "
+                         "not built yet")
     return importlib.import_module(TARGETS[target]).export(ckpt, cfg, out_dir)
 
 

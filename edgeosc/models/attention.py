@@ -187,14 +187,16 @@ def readout_features(z: Tensor, r: Tensor, p: int) -> tuple[Tensor, Tensor]:
 
 def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1, eps: float = 1e-6,
                                 positive: str = "taylor2", key_mask: Tensor | None = None, causal: bool = False,
-                                g: Tensor | None = None, quant=None) -> Tensor:
+                                window: int = 0, g: Tensor | None = None, quant=None) -> Tensor:
     """oscillator_attention with a polynomial positive map, as sums over keys: time linear in T, a state of fixed size.
 
     sigma(q_i.k_j) = phi(q_i).phi(k_j) makes the coupling field a sum over keys, h_i = phi(q_i)^T S / phi(q_i)^T s
     with S = sum_j phi(k_j) r_j^T and s = sum_j phi(k_j) (the row sum of w: it keeps h in the unit ball and leaves
     z = h / |h| unchanged); (1 + z_i.r_j)^p = phi(z_i).psi(r_j) makes the readout one, out_i = phi(z_i)^T M /
     phi(z_i)^T m with M = sum_j g_j psi(r_j) v_j^T and m = sum_j g_j psi(r_j). key_mask [B, T] (True: keep) drops
-    keys from the sums; causal makes them prefix sums, the state a stream carries from one frame to the next.
+    keys from the sums; causal makes them prefix sums, the state a stream carries from one frame to the next, and
+    window > 0 sums over the last `window` keys only (j in (i - window, i]: the prefix sum minus the one `window` keys
+    back, as a stream adds the new key and subtracts the expired one).
     q, k [B,H,T,d_h], v [B,H,T,d_v], r [B,H,T,d_osc] unit anchors, g [B,H,T,1] > 0 the key gate -> out [B,H,T,d_v].
     `quant` sees LINEAR_POINTS (QAT; the integer kernel's int8 tensors).
     """
@@ -207,9 +209,11 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
     def over_keys(x: Tensor, per_key: Tensor, y: Tensor) -> Tensor:
         """x_i^T sum_j per_key_j [y_j, 1]^T for every query i: [B,H,T,d+1] (the sums over j <= i when causal)."""
         per_key, y1 = per_key if keep is None else per_key * keep, F.pad(y, (0, 1), value=1.0)
-        if not causal:
+        if not (causal or window):
             return x @ (per_key.transpose(-1, -2) @ y1)  # the state [B,H,F,d+1]: one matmul
         state = (per_key.unsqueeze(-1) * y1.unsqueeze(-2)).cumsum(2)  # [B,H,T,F,d+1], the state after each key
+        if 0 < window < state.shape[2]:
+            state = torch.cat([state[:, :, :window], state[:, :, window:] - state[:, :, :-window]], 2)
         return (x.unsqueeze(-2) @ state).squeeze(-2)
 
     hs = over_keys(coupling_features(q), coupling_features(k), r)
@@ -217,6 +221,38 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
     phi, psi = readout_features(z, r, p)
     nd = over_keys(phi, psi if g is None else psi * g, v)
     return quant("out", nd[..., :-1] / nd[..., -1:].clamp_min(torch.finfo(v.dtype).tiny))
+
+
+def linear_key_terms(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int) -> tuple[Tensor, Tensor]:
+    """The keys' terms of oscillator_attention_linear's two sums (d_osc 2), as a stream adds and later subtracts them:
+    coupling phi(k_j) [r_j, 1]^T [..., F, d_osc + 1] and readout g_j psi(r_j) [v_j, 1]^T [..., 2p + 1, d_v + 1]."""
+    _, psi = readout_features(r, r, p)
+    psi = psi if g is None else psi * g
+    return (coupling_features(k).unsqueeze(-1) * F.pad(r, (0, 1), value=1.0).unsqueeze(-2),
+            psi.unsqueeze(-1) * F.pad(v, (0, 1), value=1.0).unsqueeze(-2))
+
+
+def linear_query(q: Tensor, coupling: Tensor, readout: Tensor, p: int, eps: float) -> Tensor:
+    """oscillator_attention_linear's output for queries q [..., d_h] from the two sums over the keys they read
+    ([..., F, d_osc + 1] and [..., 2p + 1, d_v + 1], as linear_key_terms)."""
+    tiny = torch.finfo(q.dtype).tiny
+    hs = (coupling_features(q).unsqueeze(-2) @ coupling).squeeze(-2)
+    z = unit(hs[..., :-1] / hs[..., -1:].clamp_min(tiny), eps)
+    phi, _ = readout_features(z, z, p)
+    nd = (phi.unsqueeze(-2) @ readout).squeeze(-2)
+    return nd[..., :-1] / nd[..., -1:].clamp_min(tiny)
+
+
+def rotate_pairs(x: Tensor, angle: Tensor) -> Tensor:
+    """x [..., 2] turned by angle (broadcast to x[..., 0])."""
+    c, s = angle.cos(), angle.sin()
+    return torch.stack([x[..., 0] * c - x[..., 1] * s, x[..., 0] * s + x[..., 1] * c], -1)
+
+
+def window_mask(T: int, window: int, device=None) -> Tensor:
+    """[T, T] True where query i reads key j: j in (i - window, i]."""
+    d = torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]
+    return (d >= 0) & (d < window)
 
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
@@ -318,13 +354,27 @@ class _Heads(Hooked):
 
 
 class SoftmaxAttention(_Heads):
-    def __init__(self, d_model: int, heads: int, score_scale: float = 1.0):
+    """window > 0: causal, each query reads the last `window` keys (a stream keeps them in a key/value cache)."""
+
+    def __init__(self, d_model: int, heads: int, score_scale: float = 1.0, window: int = 0):
         super().__init__(d_model, heads, score_scale)
         self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.window = window
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.qkv_heads(x)
+        if self.window:
+            mask = window_mask(x.shape[1], self.window, x.device)
         return self.merge(softmax_attention(q, k, v, mask=mask, quant=self.quant))
+
+    def step(self, x: Tensor, state: dict) -> Tensor:
+        """One frame x [B,1,d] of a stream: its key and value join the cache (the oldest leaves once `window` are
+        there), its query reads the cache. O(window) work per frame."""
+        q, k, v = self.qkv_heads(x)
+        keys = torch.cat([state["k"], k], 2)[:, :, -self.window:] if "k" in state else k
+        values = torch.cat([state["v"], v], 2)[:, :, -self.window:] if "v" in state else v
+        state["k"], state["v"] = keys, values
+        return self.merge(softmax_attention(q, keys, values))
 
 
 class OscillatorAttention(_Heads):
@@ -338,7 +388,7 @@ class OscillatorAttention(_Heads):
 
     def __init__(self, d_model: int, heads: int, d_osc: int = 2, p: int = 1, positive: str = "softplus",
                  anchors: str = "projected", eps: float = 1e-6, form: str = "direct", score_scale: float = 1.0,
-                 key_gate: bool = False):
+                 key_gate: bool = False, window: int = 0, rotate_anchors: bool = False):
         super().__init__(d_model, heads, score_scale)
         if positive not in POSITIVE:
             raise ValueError(f"unknown positive map {positive!r}; choose from {sorted(POSITIVE)}")
@@ -352,14 +402,27 @@ class OscillatorAttention(_Heads):
         self.gate = nn.Linear(d_model, heads) if key_gate else None
         if key_gate:
             nn.init.ones_(self.gate.bias)  # every key's weight starts near positive(1)
+        if window and form != "linear" or rotate_anchors and not (window and d_osc == 2):
+            raise ValueError("window needs the linear form; rotate_anchors a window and d_osc 2")
+        self.window = window
+        # relative positions: anchor j turned by omega_h j, so z_i . r_j (and h_i turned back by omega_h i) depend on
+        # i - j only; a stream's state then turns by a fixed angle per frame. Frequencies from slow to ~0.5 rad/frame.
+        self.omega = nn.Parameter(torch.linspace(0.05, 0.5, heads)) if rotate_anchors else None
 
-    def anchors_of(self, x: Tensor, k: Tensor) -> Tensor:
+    def anchors_of(self, x: Tensor, k: Tensor, t0: int | Tensor = 0) -> Tensor:
+        """[B,H,T,d_osc] unit anchors of frames t0, t0 + 1, ... (t0 matters only with rotate_anchors)."""
         raw = self.split(self.point("r_raw", self.anchor(x))) if self.anchor is not None else k[..., : self.d_osc]
-        return unit(raw, self.eps)  # [B,H,T,d_osc] unit anchors
+        r = unit(raw, self.eps)
+        if self.omega is None:
+            return r
+        t = t0 + torch.arange(x.shape[1], device=x.device, dtype=x.dtype)
+        return rotate_pairs(r, self.omega[:, None] * t)  # [H,T] angles
 
     def gates_of(self, x: Tensor) -> Tensor | None:
         if self.gate is None:
             return None
+        if self.window:  # a stream weighs each key by itself: no normalisation over the keys, a bounded map instead
+            return self.point("g", torch.sigmoid(self.split(self.point("g_raw", self.gate(x)))))  # [B,H,T,1]
         g = self.point("g", POSITIVE[self.positive](self.split(self.point("g_raw", self.gate(x)))))  # [B,H,T,1]
         # a common factor on the g_j leaves a_ij unchanged: unit vectors over the keys keep g_j (1 + z_i.r_j)^p
         # within [0, 2^p] in every clip, one int8 scale for all
@@ -372,13 +435,32 @@ class OscillatorAttention(_Heads):
             if mask is not None:
                 raise ValueError("the linear form takes key masks and causality, not a [T, T] mask")
             return oscillator_attention_linear(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, g=g,
-                                               quant=self.quant)
+                                               window=self.window, quant=self.quant)
         return oscillator_attention(q, k, v, r, p=self.p, eps=self.eps, positive=self.positive, mask=mask,
                                     quant=self.quant, g=g)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.qkv_heads(x)
         return self.merge(self.core(q, k, v, self.anchors_of(x, k), mask, g=self.gates_of(x)))
+
+    def step(self, x: Tensor, state: dict) -> Tensor:
+        """One frame x [B,1,d] of a stream (the linear form with a window): its key's terms join the two sums, the
+        terms of the key `window` frames back leave them (its k, r, g, v kept until then), its query reads the sums.
+        O(1) work per frame, whatever the window."""
+        t = int(state.get("t", 0))
+        q, k, v = self.qkv_heads(x)
+        r, g = self.anchors_of(x, k, t), self.gates_of(x)
+        coupling, readout = linear_key_terms(k, r, v, g, self.p)
+        if "coupling" in state:
+            coupling, readout = coupling + state["coupling"], readout + state["readout"]
+        keys = [k, r, v] + ([g] if g is not None else [])
+        kept = [torch.cat([a, b], 2) for a, b in zip(state["keys"], keys)] if "keys" in state else keys
+        if kept[0].shape[2] > self.window:  # the key `window` frames back expires
+            old = [a[:, :, :1] for a in kept]
+            c_old, r_old = linear_key_terms(old[0], old[1], old[2], old[3] if g is not None else None, self.p)
+            coupling, readout, kept = coupling - c_old, readout - r_old, [a[:, :, 1:] for a in kept]
+        state.update(t=t + 1, coupling=coupling, readout=readout, keys=kept)
+        return self.merge(linear_query(q, coupling, readout, self.p, self.eps))
 
 
 class SwiGLU(nn.Module):

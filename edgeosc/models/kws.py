@@ -9,6 +9,7 @@ import dataclasses
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
@@ -55,12 +56,17 @@ class Block(Hooked):
 
 
 class KWSTransformer(Hooked):
+    """cfg.window > 0 builds the streaming variant: a causal stem (left padding), attention over the last `window`
+    frames, no absolute positions (the oscillator's anchors turn per frame instead), the pooling a running mean over
+    the window; the clip's logits are its last frame's, and stream_step runs it one frame at a time."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg = resolve(cfg)
-        self.cfg, d = cfg, cfg.d_model
-        self.stem = nn.Conv1d(cfg.n_coeffs, d, kernel_size=3, padding=1)  # local spectro-temporal context
-        self.pos = nn.Parameter(torch.randn(cfg.n_frames, d) * 0.02)
+        self.cfg, d, self.window = cfg, cfg.d_model, cfg.window
+        # local spectro-temporal context; causal when streaming (the frame and the two before it)
+        self.stem = nn.Conv1d(cfg.n_coeffs, d, kernel_size=3, padding=0 if self.window else 1)
+        self.pos = None if self.window else nn.Parameter(torch.randn(cfg.n_frames, d) * 0.02)
         self.blocks = nn.ModuleList(Block(self._attention(cfg), d, cfg.dropout) for _ in range(cfg.blocks))
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, cfg.n_classes)
@@ -68,16 +74,52 @@ class KWSTransformer(Hooked):
     @staticmethod
     def _attention(cfg: ModelConfig) -> nn.Module:
         if cfg.attention == "softmax":
-            return SoftmaxAttention(cfg.d_model, cfg.heads, cfg.score_scale)
+            return SoftmaxAttention(cfg.d_model, cfg.heads, cfg.score_scale, window=cfg.window)
         return OscillatorAttention(cfg.d_model, cfg.heads, cfg.d_osc, cfg.p, cfg.positive, cfg.anchors, cfg.eps,
-                                   form=cfg.form, score_scale=cfg.score_scale, key_gate=cfg.key_gate)
+                                   form=cfg.form, score_scale=cfg.score_scale, key_gate=cfg.key_gate,
+                                   window=cfg.window, rotate_anchors=bool(cfg.window) and cfg.rotate_anchors)
 
-    def forward(self, feats: Tensor) -> Tensor:  # [B,T,C]
-        x = self.stem(feats.transpose(1, 2)).transpose(1, 2)  # [B,T,d]
-        x = self.point("embed", x + self.point("pos", self.pos))
+    def forward(self, feats: Tensor, per_frame: bool = False) -> Tensor:  # [B,T,C]
+        """Logits [B, classes]; per_frame (streaming variant): every frame's [B, T, classes], as stream_step gives."""
+        if self.window:
+            x = self.stem(F.pad(feats.transpose(1, 2), (2, 0))).transpose(1, 2)  # [B,T,d]
+            x = self.point("embed", x)
+        else:
+            x = self.stem(feats.transpose(1, 2)).transpose(1, 2)
+            x = self.point("embed", x + self.point("pos", self.pos))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.point("pool", self.norm(x).mean(1)))  # mean over time -> [B,classes]
+        y = self.norm(x)
+        if not self.window:
+            return self.head(self.point("pool", y.mean(1)))  # mean over time -> [B,classes]
+        sums = y.cumsum(1)  # running mean over the last `window` frames
+        sums = torch.cat([sums[:, :self.window], sums[:, self.window:] - sums[:, :-self.window]], 1)
+        counts = torch.arange(1, y.shape[1] + 1, device=y.device).clamp_max(self.window).to(y.dtype)[:, None]
+        pooled = self.point("pool", sums / counts)
+        return self.head(pooled if per_frame else pooled[:, -1])
+
+    def stream_step(self, frame: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
+        """One feature frame [B, C] of a stream -> (its logits [B, classes], the state to pass with the next frame).
+        state None starts a stream (as forward starts a clip). What it holds: the stem's two previous frames, per
+        block the attention's state (attention.py's step), the pooling's last `window` frames and their sum."""
+        if not self.window:
+            raise ValueError("stream_step needs the streaming variant (ModelConfig.window > 0)")
+        state = {} if state is None else state
+        past = state.get("stem", frame.new_zeros(frame.shape[0], 2, frame.shape[1]))
+        frames = torch.cat([past, frame[:, None]], 1)  # [B,3,C]
+        x = self.stem(frames.transpose(1, 2)).transpose(1, 2)  # [B,1,d]
+        state["stem"] = frames[:, 1:]
+        for i, block in enumerate(self.blocks):
+            blk = state.setdefault(f"block{i}", {})
+            x = x + block.attn.step(block.norm1(x), blk)
+            x = x + block.ff(block.norm2(x))
+        y = self.norm(x)[:, 0]  # [B,d]
+        kept = torch.cat([state["pool"], y[:, None]], 1) if "pool" in state else y[:, None]
+        total = y + state["pool_sum"] if "pool_sum" in state else y
+        if kept.shape[1] > self.window:
+            total, kept = total - kept[:, 0], kept[:, 1:]
+        state["pool"], state["pool_sum"] = kept, total
+        return self.head(total / kept.shape[1]), state
 
 
 class KWSKuramoto(nn.Module):

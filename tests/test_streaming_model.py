@@ -1,0 +1,120 @@
+"""The streaming variant (ModelConfig.window > 0): causal, attention over the last `window` frames, and run one frame
+at a time (KWSTransformer.stream_step) it gives what the windowed network gives over the whole stream."""
+import pytest
+import torch
+
+from conftest import features, fit, tone_clipset
+from edgeosc.config import ModelConfig
+from edgeosc.models.kws import build_model
+
+OSC = dict(attention="oscillator", d_osc=2, positive="taylor2", key_gate=True, form="linear")
+KINDS = {"oscillator": OSC, "softmax": dict(attention="softmax")}
+
+
+def net(kind: str, window: int, seed: int = 0, **settings):
+    torch.manual_seed(seed)
+    return build_model(ModelConfig(window=window, n_classes=3, **KINDS[kind], **settings)).eval()
+
+
+def stream(model, x):
+    """x [B, T, C] one frame at a time from a fresh state: ([B, T, classes] logits, the final state)."""
+    state, out = None, []
+    for t in range(x.shape[1]):
+        y, state = model.stream_step(x[:, t], state)
+        out.append(y)
+    return torch.stack(out, 1), state
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("window", [7, 49])
+def test_frame_by_frame_equals_the_windowed_network(kind, window):
+    model, x = net(kind, window), torch.randn(2, 64, 40)
+    with torch.no_grad():
+        whole = model(x, per_frame=True)
+        frames, _ = stream(model, x)
+        again, _ = stream(model, x)  # a new stream starts afresh
+        clip = model(x[:, :49])
+    assert whole.shape == (2, 64, 3)
+    assert torch.allclose(frames, whole, atol=2e-5), (frames - whole).abs().max()
+    assert torch.equal(again, frames)
+    assert torch.allclose(clip, whole[:, 48], atol=2e-5)  # a clip's logits are its last frame's
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_causal_and_bounded_by_the_window(kind):
+    W = 4
+    model, x = net(kind, W), torch.randn(1, 40, 40)
+    changed = x.clone()
+    changed[:, 0] += 3.0
+    changed[:, 30:] = torch.randn(1, 10, 40)
+    with torch.no_grad():
+        a, b = model(x, per_frame=True), model(changed, per_frame=True)
+    # frame t reads frames t - 2 .. t (stem), then W frames per attention layer and the pooling's W
+    reach = 2 + 3 * (W - 1)
+    assert (a[:, reach] - b[:, reach]).abs().max() > 1e-3  # frame 0 matters within reach
+    # and not beyond it (but for the rounding of the prefix sums a window subtracts from), nor the future before it
+    assert torch.allclose(a[:, reach + 1:30], b[:, reach + 1:30], atol=1e-5)
+
+
+def test_the_oscillator_state_is_fixed_in_size():
+    W = 5
+    model = net("oscillator", W)
+    with torch.no_grad():
+        _, s1 = stream(model, torch.randn(1, W + 3, 40))
+        _, s2 = stream(model, torch.randn(1, 4 * W, 40))
+    shapes = lambda s: {k: [tuple(t.shape) for t in (v["keys"] + [v["coupling"], v["readout"]])]  # noqa: E731
+                        for k, v in s.items() if k.startswith("block")}
+    assert shapes(s1) == shapes(s2)
+    assert s2["block0"]["keys"][0].shape[2] == W and s2["pool"].shape[1] == W
+
+
+def test_anchors_turn_per_frame_and_the_setting_is_measured_both_ways():
+    model = net("oscillator", 49)
+    still = net("oscillator", 49, rotate_anchors=False)
+    assert model.blocks[0].attn.omega is not None and still.blocks[0].attn.omega is None
+    x = torch.randn(1, 10, 32)
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        k = attn.qkv_heads(x)[1]
+        r0, r5 = attn.anchors_of(x, k), attn.anchors_of(x, k, 5)
+    # turning every anchor by the same angle keeps their lengths and the angles between them
+    assert torch.allclose(r0.norm(dim=-1), r5.norm(dim=-1), atol=1e-6)
+    gram = lambda r: r @ r.transpose(-1, -2)  # noqa: E731
+    assert torch.allclose(gram(r0), gram(r5), atol=1e-5)
+    assert not torch.allclose(r0, r5)
+
+
+def test_it_learns_causally():
+    x, y = features(tone_clipset(n_per_class=12, seed=0))
+    held, held_y = features(tone_clipset(n_per_class=20, seed=1))
+    torch.manual_seed(0)
+    for kind in KINDS:
+        model = fit(build_model(ModelConfig(window=49, n_classes=3, dropout=0.0, **KINDS[kind])), x, y, 40, 1e-2)
+        with torch.no_grad():
+            acc = (model(held).argmax(-1) == held_y).float().mean().item()
+        assert acc > 0.9, (kind, acc)
+
+
+def test_settings_that_cannot_stream_are_refused(tmp_path):
+    for bad in (dict(attention="kuramoto"), dict(attention="oscillator", form="direct"), dict(attention="ds-cnn"),
+                dict(OSC, d_osc=4)):
+        with pytest.raises(ValueError, match="window"):
+            ModelConfig(window=49, **bad)
+    with pytest.raises(ValueError, match="window"):
+        ModelConfig(window=-1)
+    with pytest.raises(ValueError, match="streaming variant"):
+        net("softmax", 0).stream_step(torch.randn(1, 40))
+    from edgeosc.checkpoint import Checkpoint
+    from edgeosc.config import DataConfig, ExportConfig, FeatureConfig, TrainConfig
+    from edgeosc.export import export
+    model = net("softmax", 49)
+    ckpt = Checkpoint(model, model.cfg, FeatureConfig(), DataConfig(), TrainConfig(), ("a", "b", "c"), {})
+    with pytest.raises(ValueError, match="streaming variant"):
+        export(ckpt, ExportConfig(), tmp_path)
+    from edgeosc.pipeline import load_config
+    with pytest.raises(ValueError, match="window"):
+        load_config(overrides={"model.window": 49})
+    from edgeosc.config import QuantConfig
+    from edgeosc.quant import quantize_model
+    with pytest.raises(ValueError, match="streaming variant"):
+        quantize_model(model, QuantConfig())
