@@ -56,9 +56,6 @@ class PipelineConfig:
     def __post_init__(self):
         if not self.kinds or set(self.kinds) - set(KINDS + FLOAT_ONLY):
             raise ValueError(f"kinds must be a non-empty subset of {list(KINDS + FLOAT_ONLY)}, not {list(self.kinds)}")
-        if self.model.window:
-            raise ValueError("model.window > 0: the pipeline's exports do not carry a stream's state yet; train the "
-                             "streaming variant with `edgeosc train --window N`")
 
     def features_of(self, kind: str) -> FeatureConfig:
         return self.dscnn_features if kind == "ds-cnn" else self.features
@@ -177,6 +174,9 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
 def run_pipeline(cfg: PipelineConfig, run_dir: str | Path, cache_dir=None, progress: bool = True,
                  echo=print) -> Path:
     """Run every stage (skipping the done ones); returns the report's path."""
+    if cfg.model.window:
+        raise ValueError("model.window > 0: the pipeline's exports do not carry a stream's state yet; train the "
+                         "streaming variant with `edgeosc train --window N`")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "config.json", to_dict(cfg))

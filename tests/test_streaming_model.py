@@ -111,9 +111,10 @@ def test_settings_that_cannot_stream_are_refused(tmp_path):
     ckpt = Checkpoint(model, model.cfg, FeatureConfig(), DataConfig(), TrainConfig(), ("a", "b", "c"), {})
     with pytest.raises(ValueError, match="streaming variant"):
         export(ckpt, ExportConfig(), tmp_path)
-    from edgeosc.pipeline import load_config
+    from edgeosc.pipeline import load_config, run_pipeline
     with pytest.raises(ValueError, match="window"):
-        load_config(overrides={"model.window": 49})
+        run_pipeline(load_config(overrides={"model.window": 49}), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
     from edgeosc.config import QuantConfig
     from edgeosc.quant import quantize_model
     with pytest.raises(ValueError, match="streaming variant"):
