@@ -548,3 +548,92 @@ def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None,
                          cycles_per_mac=per_mac(cyc), reference_cycles=ref, reference_cycles_per_mac=per_mac(ref),
                          cycles_per_output=cyc / n_out, speedup=ref / cyc, output=runs[0].outputs["out"]))
     return rows
+
+
+# ---- always-on: one frame per hop against the window recomputed --------------------------------------------
+
+STREAM_KINDS = ("oscillator", "softmax")
+
+
+def random_firmware(kind: str, n_frames: int, out_dir: str | Path) -> tuple[Path, str]:
+    """An untrained, calibrated int8 network of the pipeline's `kind` over n_frames frames, as generated C firmware
+    (folder, name). What the estimates count depends on the shapes; the values only move a few data-dependent
+    branches (the linear core's, requantization's), so random weights price a model as a trained one does."""
+    import dataclasses
+
+    import torch
+
+    from ..config import ModelConfig, QuantConfig
+    from ..export.c import generate
+    from ..export.tflite import Graph
+    from ..models.kws import build_model
+    from ..pipeline import PipelineConfig
+    from ..quant import calibrate, quantize_model
+    base = PipelineConfig().model if kind == "oscillator" else ModelConfig(attention=kind)
+    cfg = dataclasses.replace(base, n_frames=n_frames, dropout=0.0)
+    torch.manual_seed(0)
+    qat = quantize_model(build_model(cfg).eval(), QuantConfig())
+    calibrate(qat, [(torch.randn(16, n_frames, cfg.n_coeffs), None)], 1)
+    qat.eval()
+    out, name = Path(out_dir), f"{kind}_t{n_frames}"
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        (out / f"{name}.tflite").write_bytes(Graph(qat.net, qat, custom_core=cfg.form == "linear").build())
+    generate(out / f"{name}.tflite", out / name, name=name, features=None)
+    return out / name, name
+
+
+def _emulate_model(fw: Path, name: str, n_in: int, core: str, work: Path, scopes: Sequence[str]):
+    """One inference of a generated model on `core` with random int8 features, checked against the host build."""
+    x = np.random.default_rng(1).integers(-128, 128, n_in).astype(np.int8)
+    n_out = _io_bytes(fw, name)[1]
+    run = C.emulate(model_elf(fw, name, core, work), ENTRY, ["input", "output"],
+                    {"input": x, "output": np.zeros(n_out, np.int8)}, core=core, scopes=(f"{name}_run", *scopes))
+    if not np.array_equal(run.outputs["output"], host_logits(fw, name, x[None], work)[0]):
+        raise RuntimeError(f"{name} on {core}: the emulated logits differ from the host build's")
+    return run
+
+
+def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196), hop_ms: float = 20.0,
+                  work_dir: str | Path | None = None) -> list[dict]:
+    """Always-on cost ESTIMATES, per (kind, window W), of the pipeline's oscillator (the linear core) and the softmax
+    baseline at the default small model's shapes, on `core` (cycles.CORES) and its first device in DEVICES.
+
+    per_hop_cycles: one new frame through the streaming variant (ModelConfig.window = W): every per-frame op of the
+    network run on one frame (the emulated model over 1 frame, its attention core aside), plus the attention per
+    block: the linear core updates its sums with the new key, subtracts the expired key (one more update) and
+    queries them, whatever W; softmax's one query reads W cached keys, priced as 1 / W of its fused core over W
+    frames (every query row costs the same there). recompute_cycles: the window model over W frames, which a
+    non-streaming spotter runs on every hop. Each row also has their ratio, latency_ms and energy_uj per hop, and
+    energy per second of audio (uj_per_s) at one hop per hop_ms, for both. Emulated logits are checked against
+    the host build.
+    """
+    dev_key, dev = next((k, d) for k, d in D.DEVICES.items() if d.core == core)
+    hops = 1000.0 / hop_ms
+    work = Path(work_dir) if work_dir else cache_dir()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in STREAM_KINDS:
+            core_fn = ATTENTION[3] if kind == "oscillator" else ATTENTION[1]
+            fw, name = random_firmware(kind, 1, tmp)
+            one = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work, (core_fn, "edgeosc_linear_update"))
+            calls = one.scope_calls[core_fn]  # one per block
+            frame = C.cycles(one.scoped[f"{name}_run"], core) - C.cycles(one.scoped[core_fn], core)
+            for W in windows:
+                fw, name = random_firmware(kind, W, tmp)
+                run = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work, (core_fn,))
+                recompute = C.cycles(run.scoped[f"{name}_run"], core)
+                if kind == "oscillator":  # the 1-frame core: one update and one query per head; plus the expiry's
+                    attention = C.cycles(one.scoped[core_fn], core) + C.cycles(one.scoped["edgeosc_linear_update"], core)
+                else:
+                    attention = C.cycles(run.scoped[core_fn], core) / W
+                per_hop = frame + attention
+                rows.append(dict(
+                    kind=kind, window=W, core=core, device=dev_key, blocks=calls, per_hop_cycles=per_hop,
+                    per_hop_attention_cycles=attention, recompute_cycles=recompute, recompute_ratio=recompute / per_hop,
+                    per_hop_latency_ms=D.latency_ms(per_hop, dev), recompute_latency_ms=D.latency_ms(recompute, dev),
+                    per_hop_energy_uj=D.energy_uj(per_hop, dev), recompute_energy_uj=D.energy_uj(recompute, dev),
+                    stream_uj_per_s=hops * D.energy_uj(per_hop, dev),
+                    recompute_uj_per_s=hops * D.energy_uj(recompute, dev),
+                    recompute_keeps_up=D.latency_ms(recompute, dev) <= hop_ms))
+    return rows

@@ -82,6 +82,20 @@ static void dot_2x2(const int32_t *x, const int8_t *w, int32_t w_step, int32_t d
   acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
 }
 
+/* acc[0], acc[1] += (row a of x) . (weight rows at w and w + w_step): dot_2x2 for a single row (a stream's
+ * frame, a last odd row), which reads only row a's pairs of widen_rows' layout. */
+static void dot_1x2(const int32_t *x, const int8_t *w, int32_t w_step, int32_t depth, int32_t acc[2]) {
+  int32_t a0 = acc[0], a1 = acc[1];
+  int32_t n;
+  for (n = depth >> 2; n > 0; --n, w += 4, x += 4) {
+    const int32_t xa0 = x[0], xa1 = x[1], u = edgeosc_read4(w), v = edgeosc_read4(w + w_step);
+    a0 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a0));
+    a1 = __smlad(xa1, edgeosc_sxtb16_ror8(v), __smlad(xa0, __sxtb16(v), a1));
+  }
+  for (depth &= 3; depth > 0; --depth, ++w, x += 2) a0 += x[0] * w[0], a1 += x[0] * w[w_step];
+  acc[0] = a0, acc[1] = a1;
+}
+
 /* A channel's requantization with its constants split once: edgeosc_mbqm, then zp and the clamp. Multipliers
  * are positive (quantize_multiplier: [2^30, 2^31) or 0), so srdhm's INT32_MIN x INT32_MIN case cannot occur. */
 typedef struct {
@@ -123,8 +137,8 @@ static inline void requant_pair(const int32_t *k, int32_t acc_a, int32_t acc_b, 
   *out_b = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_b) + zp_out, lo, hi);
 }
 
-/* out[r, u] = requant(bias[u] + (x_r - zp) . w_u) for the two widened rows in x (the same row twice when
- * r1 == r0): FULLY_CONNECTED / CONV_2D output rows r0 and r1. k: prepare_requant's constants, or NULL for the
+/* out[r, u] = requant(bias[u] + (x_r - zp) . w_u) for the two widened rows in x (one row, r1 == r0, for a
+ * last odd row): FULLY_CONNECTED / CONV_2D output rows r0 and r1. k: prepare_requant's constants, or NULL for the
  * portable requantization. */
 static void rows_times_weights(const int32_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
                                int32_t units, const EdgeoscChannelRequant *rq, const int32_t *k, int32_t zp_out,
@@ -137,7 +151,10 @@ static void rows_times_weights(const int32_t *x, const int8_t *weights, const in
     int32_t acc[4];
     acc[0] = acc[2] = bias ? bias[u] : 0;
     acc[1] = acc[3] = bias ? bias[v] : 0;
-    dot_2x2(x, weights + u * depth, pair ? depth : 0, depth, acc);
+    if (r1 == r0)
+      dot_1x2(x, weights + u * depth, pair ? depth : 0, depth, acc), acc[2] = acc[0], acc[3] = acc[1];
+    else
+      dot_2x2(x, weights + u * depth, pair ? depth : 0, depth, acc);
     if (k) {
       requant_pair(k + k_step * u, acc[0], acc[2], zp_out, lo, hi, r0 + u, r1 + u);
       if (pair) requant_pair(k + k_step * v, acc[1], acc[3], zp_out, lo, hi, r0 + v, r1 + v);
