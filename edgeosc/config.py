@@ -236,6 +236,9 @@ class BenchConfig:
     targets: tuple[str, ...] = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-a53", "cortex-a72")
     scaling_tokens: tuple[int, ...] = (25, 49, 98, 196)
     scaling_d_osc: tuple[int, ...] = (2, 4, 8, 16)
+    # always-on (estimate.stream_cycles): windows W of the streaming variant, one frame per hop_ms
+    stream_windows: tuple[int, ...] = (49, 98, 196)
+    hop_ms: float = 20.0
 
 
 def to_dict(cfg) -> dict:

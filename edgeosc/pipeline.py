@@ -163,7 +163,8 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
         estimate = yield Stage(f"estimate-{kind}", dict(export=exported["key"], targets=cfg.bench.targets),
                                lambda f, k=kind: impl.estimate(cfg, run_dir, k, f, cache_dir))
         keys[kind] = [parity["key"], estimate["key"]]
-    scaling = yield Stage("scaling", dict(tokens=cfg.bench.scaling_tokens, d_osc=cfg.bench.scaling_d_osc),
+    scaling = yield Stage("scaling", dict(tokens=cfg.bench.scaling_tokens, d_osc=cfg.bench.scaling_d_osc,
+                                          stream=[cfg.bench.stream_windows, cfg.bench.hop_ms, to_dict(cfg.model)]),
                           lambda f: impl.scaling(cfg, f))
     bench = yield Stage("bench", dict(parity=keys, bench=to_dict(cfg.bench)),
                         lambda f: impl.bench(cfg, run_dir, f))

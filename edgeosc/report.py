@@ -120,6 +120,34 @@ def _estimate_lines(r: dict) -> list[str]:
     return lines
 
 
+def _stream_lines(r: dict) -> list[str]:
+    rows = (r.get("scaling") or {}).get("stream")
+    if not rows:
+        return []
+    first = rows[0]
+    by = {(x["kind"], x["window"]): x for x in rows}
+    lines = ["", f"## Always-on ({first['core']}, {first['device']}, estimated)", "",
+             f"A keyword spotter listening all day, one frame every {r['scaling'].get('hop_ms', 20):g} ms. Streaming: the "
+             "streaming variant (`model.window = W`, docs/maths.md#streaming) runs one new frame per hop, its linear "
+             "oscillator core adding the new key and subtracting the expired one (O(1) per frame), softmax reading W "
+             "cached keys (O(W)). Recompute: the window model over all W frames on every hop. Untrained networks of "
+             "the pipeline's shapes, emulated (`edgeosc.bench.estimate.stream_cycles`); energy = the device's "
+             "active power x time, idle not counted.", "",
+             "| W | kind | per hop cycles | of which attention | recompute cycles | recompute / per hop | "
+             "per hop ms | streaming uJ/s | recompute uJ/s | recompute keeps up |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for x in rows:
+        lines.append(f"| {x['window']} | {x['kind']} | {x['per_hop_cycles']:,.0f} | {x['per_hop_attention_cycles']:,.0f} "
+                     f"| {x['recompute_cycles']:,.0f} | {x['recompute_ratio']:.0f}x | {x['per_hop_latency_ms']:.2f} | "
+                     f"{x['stream_uj_per_s']:,.0f} | {x['recompute_uj_per_s']:,.0f} | "
+                     f"{'yes' if x['recompute_keeps_up'] else 'no'} |")
+    ratios = [f"W = {w}: {by['oscillator', w]['per_hop_cycles'] / by['softmax', w]['per_hop_cycles']:.2f}x"
+              for w in sorted({x["window"] for x in rows}) if ("oscillator", w) in by and ("softmax", w) in by]
+    if ratios:
+        lines += ["", "Streaming oscillator / streaming softmax per hop: " + ", ".join(ratios) + "."]
+    return lines
+
+
 def _scaling_lines(r: dict) -> list[str]:
     sc = r.get("scaling")
     if not sc:
@@ -233,7 +261,7 @@ def markdown(r: dict) -> str:
                          f"{row['softmax']['median_ms']:.3f} | {row['ratio']:.2f}x |"
                          + "".join(f" {row[k]['median_ms']:.3f} | {row['ratio_' + k]:.2f}x |" if k in row
                                    else " - | - |" for k in others))
-    lines += _estimate_lines(r) + _scaling_lines(r)
+    lines += _estimate_lines(r) + _scaling_lines(r) + _stream_lines(r)
     for board in r["boards"]:
         s = board.get("system", {})
         if board.get("emulated"):  # edgeosc.pi_check: ran under QEMU; its timings are no measurement, no table

@@ -142,11 +142,14 @@ def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
 def scaling(cfg, folder: Path) -> dict:
     """Cycles of the fused oscillator and softmax cores on a Cortex-M4 as T and d_osc vary, and of each builtin
     kernel at the default model's shapes on its DSP path and its portable path (estimated)."""
-    from .bench.estimate import core_scaling, kernel_cycles
+    from .bench.estimate import core_scaling, kernel_cycles, stream_cycles
     rows = core_scaling(cfg.bench.scaling_tokens, cfg.bench.scaling_d_osc, work_dir=folder / "build")
     kernels = [{k: v for k, v in row.items() if k != "output"} for row in kernel_cycles(work_dir=folder / "build")]
-    write_json(folder / "scaling.json", dict(core="cortex-m4", rows=rows, kernels=kernels))
-    return dict(rows=len(rows), kernels=len(kernels))
+    stream = stream_cycles(windows=cfg.bench.stream_windows, hop_ms=cfg.bench.hop_ms, work_dir=folder / "build",
+                           model=cfg.model) if cfg.model.form == "linear" else []
+    write_json(folder / "scaling.json", dict(core="cortex-m4", rows=rows, kernels=kernels, stream=stream,
+                                             hop_ms=cfg.bench.hop_ms))
+    return dict(rows=len(rows), kernels=len(kernels), stream=len(stream))
 
 
 def bench(cfg, run_dir: Path, folder: Path) -> dict:

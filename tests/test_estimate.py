@@ -127,3 +127,16 @@ def test_core_scaling_grows_with_T_and_d_osc(tiny):
         assert r["ratio"] == r["oscillator_cycles"] / r["softmax_cycles"]
         assert r["ratio_linear"] == r["oscillator_linear_cycles"] / r["softmax_cycles"]
         assert r["oscillator_latency_ms"] > 0 and r["softmax_energy_uj"] > 0
+
+
+def test_stream_cycles_per_hop_is_fixed_for_the_oscillator_and_grows_for_softmax(tmp_path):
+    from edgeosc.bench.estimate import stream_cycles
+    from edgeosc.config import ModelConfig
+    model = ModelConfig(d_osc=2, positive="taylor2", key_gate=True, form="linear", n_classes=3, **SHAPE)
+    rows = {(r["kind"], r["window"]): r for r in stream_cycles(windows=(8, 24), work_dir=tmp_path, model=model)}
+    osc, sm = rows["oscillator", 24], rows["softmax", 24]
+    assert rows["oscillator", 8]["per_hop_cycles"] == osc["per_hop_cycles"]  # O(1) per frame, whatever W
+    assert sm["per_hop_attention_cycles"] > 2 * rows["softmax", 8]["per_hop_attention_cycles"]  # O(W)
+    for r in rows.values():
+        assert r["recompute_cycles"] > 4 * r["per_hop_cycles"] and r["blocks"] == SHAPE["blocks"]
+        assert r["stream_uj_per_s"] == pytest.approx(50 * r["per_hop_energy_uj"])

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.skipif(len(runtime.available_interpreters()) < 3, reaso
 FAST = {"train.epochs": 2, "train.batch_size": 8, "qat.epochs": 1, "qat.batch_size": 8, "quant.calibration_batches": 1,
         "train.augment.noise_prob": 0.0, "bench.runs": 3, "bench.warmup": 1, "model.dropout": 0.0,
         "bench.targets": ["cortex-m4"], "bench.scaling_tokens": [16], "bench.scaling_d_osc": [2],
+        "bench.stream_windows": [16],
         "kinds": ["oscillator", "softmax", "ds-cnn", "kuramoto"]}
 
 
@@ -48,7 +49,7 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
     text = (whole / "report" / "report.md").read_text()
     for section in ("## Accuracy", "## Model files", "## Parity", "## Latency", "linear / softmax",
                     "### Builtin kernels alone", "portable loops only", "DS-CNN ms", "Each model / DS-CNN",
-                    "The estimator's known error bar"):
+                    "The estimator's known error bar", "## Always-on", "Streaming oscillator / streaming softmax"):
         assert section in text
     # DS-CNN, the baseline: MLPerf's 49 x 10 MFCC, its builtin int8 file in every interpreter, its firmware
     ds = json.loads((whole / "parity-ds-cnn" / "parity.json").read_text())

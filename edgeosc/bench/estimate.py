@@ -555,27 +555,25 @@ def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None,
 STREAM_KINDS = ("oscillator", "softmax")
 
 
-def random_firmware(kind: str, n_frames: int, out_dir: str | Path) -> tuple[Path, str]:
-    """An untrained, calibrated int8 network of the pipeline's `kind` over n_frames frames, as generated C firmware
+def random_firmware(cfg, n_frames: int, out_dir: str | Path) -> tuple[Path, str]:
+    """An untrained, calibrated int8 network of ModelConfig cfg over n_frames frames, as generated C firmware
     (folder, name). What the estimates count depends on the shapes; the values only move a few data-dependent
     branches (the linear core's, requantization's), so random weights price a model as a trained one does."""
     import dataclasses
 
     import torch
 
-    from ..config import ModelConfig, QuantConfig
+    from ..config import QuantConfig
     from ..export.c import generate
     from ..export.tflite import Graph
     from ..models.kws import build_model
-    from ..pipeline import PipelineConfig
     from ..quant import calibrate, quantize_model
-    base = PipelineConfig().model if kind == "oscillator" else ModelConfig(attention=kind)
-    cfg = dataclasses.replace(base, n_frames=n_frames, dropout=0.0)
+    cfg = dataclasses.replace(cfg, n_frames=n_frames, dropout=0.0, window=0)
     torch.manual_seed(0)
     qat = quantize_model(build_model(cfg).eval(), QuantConfig())
     calibrate(qat, [(torch.randn(16, n_frames, cfg.n_coeffs), None)], 1)
     qat.eval()
-    out, name = Path(out_dir), f"{kind}_t{n_frames}"
+    out, name = Path(out_dir), f"{cfg.attention}_t{n_frames}"
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         (out / f"{name}.tflite").write_bytes(Graph(qat.net, qat, custom_core=cfg.form == "linear").build())
@@ -595,19 +593,31 @@ def _emulate_model(fw: Path, name: str, n_in: int, core: str, work: Path, scopes
 
 
 def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196), hop_ms: float = 20.0,
-                  work_dir: str | Path | None = None) -> list[dict]:
-    """Always-on cost ESTIMATES, per (kind, window W), of the pipeline's oscillator (the linear core) and the softmax
-    baseline at the default small model's shapes, on `core` (cycles.CORES) and its first device in DEVICES.
+                  work_dir: str | Path | None = None, model=None) -> list[dict]:
+    """Always-on cost ESTIMATES, per (kind, window W), of the oscillator network `model` (a ModelConfig with the
+    linear core; default the pipeline's) and the softmax baseline of its size, on `core` (cycles.CORES) and its
+    first device in DEVICES.
 
     per_hop_cycles: one new frame through the streaming variant (ModelConfig.window = W): every per-frame op of the
     network run on one frame (the emulated model over 1 frame, its attention core aside), plus the attention per
-    block: the linear core updates its sums with the new key, subtracts the expired key (one more update) and
-    queries them, whatever W; softmax's one query reads W cached keys, priced as 1 / W of its fused core over W
-    frames (every query row costs the same there). recompute_cycles: the window model over W frames, which a
-    non-streaming spotter runs on every hop. Each row also has their ratio, latency_ms and energy_uj per hop, and
-    energy per second of audio (uj_per_s) at one hop per hop_ms, for both. Emulated logits are checked against
-    the host build.
+    block and head: the linear core adds the new key to its sums, subtracts the expired key (edgeosc_linear_update
+    with sign -1, priced as the emulated update) and queries them, whatever W, its state kept in the arena (no
+    reset per hop); softmax's one query reads W cached keys, priced as 1 / W of its fused core over W frames
+    (every query row costs the same there). The 1-frame model is the whole-clip network's graph: against the
+    streaming one it has an absolute position ADD and a gate normalised over the keys (L2), where the stream has
+    none and a sigmoid table, and it lacks the anchors' turn per frame (four 2-vector rotations): at the default
+    shapes these overstate a hop by about 2.6% (oscillator) and 0.8% (softmax), a margin left in the estimate. recompute_cycles: the window model over W frames, which a non-streaming spotter runs on
+    every hop. Each row also has their ratio, latency_ms and energy_uj per hop, and energy per second of audio
+    (uj_per_s) at one hop per hop_ms, for both. Emulated logits are checked against the host build.
     """
+    import dataclasses
+
+    from ..pipeline import PipelineConfig
+    model = model or PipelineConfig().model
+    if model.attention != "oscillator" or model.form != "linear":
+        raise ValueError("stream_cycles prices the linear oscillator core (model.form 'linear') against softmax")
+    configs = {"oscillator": model, "softmax": dataclasses.replace(
+        model, attention="softmax", d_osc=8, positive="relu2", key_gate=False, form="direct")}
     dev_key, dev = next((k, d) for k, d in D.DEVICES.items() if d.core == core)
     hops = 1000.0 / hop_ms
     work = Path(work_dir) if work_dir else cache_dir()
@@ -615,16 +625,19 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     with tempfile.TemporaryDirectory() as tmp:
         for kind in STREAM_KINDS:
             core_fn = ATTENTION[3] if kind == "oscillator" else ATTENTION[1]
-            fw, name = random_firmware(kind, 1, tmp)
-            one = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work, (core_fn, "edgeosc_linear_update"))
+            fw, name = random_firmware(configs[kind], 1, tmp)
+            one = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work,
+                                 (core_fn, "edgeosc_linear_update", "edgeosc_linear_query"))
             calls = one.scope_calls[core_fn]  # one per block
             frame = C.cycles(one.scoped[f"{name}_run"], core) - C.cycles(one.scoped[core_fn], core)
             for W in windows:
-                fw, name = random_firmware(kind, W, tmp)
+                fw, name = random_firmware(configs[kind], W, tmp)
                 run = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work, (core_fn,))
                 recompute = C.cycles(run.scoped[f"{name}_run"], core)
-                if kind == "oscillator":  # the 1-frame core: one update and one query per head; plus the expiry's
-                    attention = C.cycles(one.scoped[core_fn], core) + C.cycles(one.scoped["edgeosc_linear_update"], core)
+                if kind == "oscillator":  # per head: the new key's update, the expired key's, one query
+                    attention = sum(C.cycles(one.scoped[f], core) for f in ("edgeosc_linear_update",
+                                                                            "edgeosc_linear_update",
+                                                                            "edgeosc_linear_query"))
                 else:
                     attention = C.cycles(run.scoped[core_fn], core) / W
                 per_hop = frame + attention
