@@ -104,6 +104,8 @@ def test_settings_that_cannot_stream_are_refused(tmp_path):
         ModelConfig(window=-1)
     with pytest.raises(ValueError, match="streaming variant"):
         net("softmax", 0).stream_step(torch.randn(1, 40))
+    with pytest.raises(ValueError, match=r"one frame \[batch, 40\]"):
+        net("softmax", 49).stream_step(torch.randn(1, 10))
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.config import DataConfig, ExportConfig, FeatureConfig, TrainConfig
     from edgeosc.export import export

@@ -104,6 +104,9 @@ class KWSTransformer(Hooked):
         block the attention's state (attention.py's step), the pooling's last `window` frames and their sum."""
         if not self.window:
             raise ValueError("stream_step needs the streaming variant (ModelConfig.window > 0)")
+        if frame.dim() != 2 or frame.shape[1] != self.cfg.n_coeffs:
+            raise ValueError(f"stream_step takes one frame [batch, {self.cfg.n_coeffs}] of this model's features, "
+                             f"got {tuple(frame.shape)}")
         state = {} if state is None else state
         past = state.get("stem", frame.new_zeros(frame.shape[0], 2, frame.shape[1]))
         frames = torch.cat([past, frame[:, None]], 1)  # [B,3,C]

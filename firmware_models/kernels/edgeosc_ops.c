@@ -480,7 +480,7 @@ static int add_input_init(AddInput *in, int32_t zp, EdgeoscRequant rq) {
 }
 
 static inline int32_t add_input(const AddInput *in, int32_t v) {
-  const int32_t x = (v - in->zp) << 20, s = edgeosc_smmulr(x, in->m2) + x;
+  const int32_t x = (v - in->zp) * (1 << 20), s = edgeosc_smmulr(x, in->m2) + x;
   return (s + in->half + ((s >> 31) & in->neg)) >> in->right;
 }
 

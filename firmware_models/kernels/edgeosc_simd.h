@@ -42,9 +42,10 @@ static inline int32_t edgeosc_smmulr(int32_t a, int32_t b) {
   return r;
 }
 
-/* TFLite's double-rounding requantization (edgeosc_mbqm) with its constants prepared once, in five
- * instructions: SRDHM(a, M) = floor((a M + 2^30) / 2^31) is SMMULR(a, 2M - 2^32) + a for M in [2^30, 2^31)
- * (2M - 2^32 is 2M's int32 bits), and the shift right by r with ties away from zero is
+/* TFLite's double-rounding requantization (edgeosc_mbqm) with its constants prepared once, in six
+ * instructions (LSL, SMMULR, ADD, QADD, ADD, ASR): SRDHM(a, M) = floor((a M + 2^30) / 2^31) is
+ * SMMULR(a, 2M - 2^32) + a for M in [2^30, 2^31) (2M - 2^32 is 2M's int32 bits), and the shift right by r with
+ * ties away from zero is
  * (x + 2^(r-1) - [x < 0]) >> r for r >= 1, its add saturating (QADD): where it saturates, the exact result
  * is >= 2^(31-r) and this one 1 less, and both clamp to the same int8 for r <= 23. So it is exact for
  * M in [2^30, 2^31) and 1 <= r <= 23 (edgeosc_dsp_requant_init says whether); other constants take
