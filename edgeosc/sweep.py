@@ -26,7 +26,8 @@ from .config import DataConfig, FeatureConfig, ModelConfig, TrainConfig, from_di
 from .io import atomic_path, write_json
 
 SECTIONS = {"data": DataConfig, "features": FeatureConfig, "model": ModelConfig, "train": TrainConfig}
-OSCILLATOR_ONLY = ("d_osc", "p", "positive", "anchors", "key_gate")  # meaningless for softmax / kuramoto: deduplicated
+# meaningless for softmax / kuramoto: deduplicated
+OSCILLATOR_ONLY = ("d_osc", "p", "positive", "anchors", "key_gate", "form", "rotate_anchors")
 
 
 def load_sweep(path: str | Path) -> tuple[dict, dict]:

@@ -511,7 +511,8 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         w, x, n_out = i8(1, kh, kw, oc) if depthwise else i8(oc, kh, kw, c), i8(h, wd, c), oh * ow * oc
         n_bias = channels = oc
         macs = oh * ow * kh * kw * oc * (1 if depthwise else c)
-        fn, words = "edgeosc_bench_conv", kh * kw * c + 6 + 2 * oc + (kh * kw * c + 1) // 2  # EDGEOSC_CONV_SCRATCH_WORDS
+        K = kh * kw * c
+        fn, words = "edgeosc_bench_conv", K + 6 + 2 * oc + (K + 1) // 2  # EDGEOSC_CONV_SCRATCH_WORDS
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
     bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, n_bias).astype(np.int32), mult=np.array(mult, np.int32),
                 shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8), scratch=np.zeros(words, np.int32))
@@ -594,21 +595,22 @@ def _emulate_model(fw: Path, name: str, n_in: int, core: str, work: Path, scopes
 
 def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196), hop_ms: float = 20.0,
                   work_dir: str | Path | None = None, model=None) -> list[dict]:
-    """Always-on cost ESTIMATES, per (kind, window W), of the oscillator network `model` (a ModelConfig with the
-    linear core; default the pipeline's) and the softmax baseline of its size, on `core` (cycles.CORES) and its
-    first device in DEVICES.
+    """Always-on cost ESTIMATES, per (kind, window W), of the oscillator network `model` (a ModelConfig with the linear
+    core; default the pipeline's) and the softmax baseline of its size, on `core` (cycles.CORES) and its first
+    device in DEVICES.
 
     per_hop_cycles: one new frame through the streaming variant (ModelConfig.window = W): every per-frame op of the
     network run on one frame (the emulated model over 1 frame, its attention core aside), plus the attention per
     block and head: the linear core adds the new key to its sums, subtracts the expired key (edgeosc_linear_update
-    with sign -1, priced as the emulated update) and queries them, whatever W, its state kept in the arena (no
-    reset per hop); softmax's one query reads W cached keys, priced as 1 / W of its fused core over W frames
-    (every query row costs the same there). The 1-frame model is the whole-clip network's graph: against the
-    streaming one it has an absolute position ADD and a gate normalised over the keys (L2), where the stream has
-    none and a sigmoid table, and it lacks the anchors' turn per frame (four 2-vector rotations): at the default
-    shapes these overstate a hop by about 2.6% (oscillator) and 0.8% (softmax), a margin left in the estimate. recompute_cycles: the window model over W frames, which a non-streaming spotter runs on
-    every hop. Each row also has their ratio, latency_ms and energy_uj per hop, and energy per second of audio
-    (uj_per_s) at one hop per hop_ms, for both. Emulated logits are checked against the host build.
+    with sign -1, priced as the emulated update) and queries them, whatever W, its state kept in the arena (no reset
+    per hop); softmax's one query reads W cached keys, priced as 1 / W of its fused core over W frames (every query
+    row costs the same there). The 1-frame model is the whole-clip network's graph: against the streaming one it has
+    an absolute position ADD and a gate normalised over the keys (L2), where the stream has none and a sigmoid
+    table, and it lacks the anchors' turn per frame (four 2-vector rotations): at the default shapes these overstate
+    a hop by about 2.6% (oscillator) and 0.8% (softmax), a margin left in the estimate. recompute_cycles: the window
+    model over W frames, which a non-streaming spotter runs on every hop. Each row also has their ratio, latency_ms
+    and energy_uj per hop, and energy per second of audio (uj_per_s) at one hop per hop_ms, for both. Emulated
+    logits are checked against the host build.
     """
     import dataclasses
 
