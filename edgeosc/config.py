@@ -99,6 +99,8 @@ MLPERF_FEATURES = FeatureConfig(n_mels=40, n_mfcc=10, f_min=20.0, f_max=4000.0)
 # The oscillator's own settings, and their values for the other attention kinds: a [model] table shared by several
 # kinds (the pipeline) or defaults made for the oscillator (pipeline.PipelineConfig) apply them to the oscillator only.
 OSCILLATOR_ONLY = dict(key_gate=False, form="direct")
+# The oscillator the pipeline ships (docs/results.md#the-linear-core): the linear core at d_osc 2 with the key gate.
+SHIPPED_OSCILLATOR = dict(d_osc=2, positive="taylor2", key_gate=True, form="linear")
 
 
 def model_of_kind(model: "ModelConfig", kind: str) -> "ModelConfig":

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .config import (FLOAT_ONLY, MLPERF_FEATURES, OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, BenchConfig, DataConfig,
-                     ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict, model_of_kind,
-                     to_dict)
+from .config import (FLOAT_ONLY, MLPERF_FEATURES, OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, SHIPPED_OSCILLATOR, BenchConfig,
+                     DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict,
+                     model_of_kind, to_dict)
 from .io import write_json
 
 KINDS = ("oscillator", "softmax", "ds-cnn")  # the attention models and the baseline users run today (MLPerf Tiny)
@@ -44,8 +44,7 @@ class PipelineConfig:
     # the oscillator shipped: the linear core at d_osc 2 with the key gate (docs/results.md#the-linear-core): its
     # cost per token is fixed, 0.49x softmax's core at 49 tokens on a Cortex-M4. `edgeosc train` reads these defaults
     # too; ModelConfig()'s own stay the direct d_osc-8 model of the earlier reports. Other kinds: config.OSCILLATOR_ONLY
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(d_osc=2, positive="taylor2", key_gate=True,
-                                                                   form="linear"))
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(**SHIPPED_OSCILLATOR))
     train: TrainConfig = field(default_factory=TrainConfig)
     qat: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=QAT_EPOCHS, lr=QAT_LR))
     quant: QuantConfig = field(default_factory=QuantConfig)

@@ -614,8 +614,8 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     """
     import dataclasses
 
-    from ..pipeline import PipelineConfig
-    model = model or PipelineConfig().model
+    from ..config import SHIPPED_OSCILLATOR, ModelConfig
+    model = model or ModelConfig(**SHIPPED_OSCILLATOR)
     if model.attention != "oscillator" or model.form != "linear":
         raise ValueError("stream_cycles prices the linear oscillator core (model.form 'linear') against softmax")
     configs = {"oscillator": model, "softmax": dataclasses.replace(
