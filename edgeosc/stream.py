@@ -5,6 +5,10 @@ incremental: frames sit on a fixed sample grid, so only the hop's new frames (5 
 FFT, mel filters and log; the per-window mean (features.py's "utterance" normalisation) is then taken
 over the window's frames, which makes the features equal to the batch features of the same audio.
 
+A streaming model (trained with `--window`, docs/maths.md#streaming) runs instead one frame at a time
+(`Model.step`): each hop's new frames, normalised with the window they end, go through its causal layers, whose
+state carries the past; its attention reads the last `window` frames. Otherwise, below:
+
 The network is recomputed on the whole window every hop, for an oscillator model as for softmax. The
 linear form's readout out_i = phi(z_i)^T S / phi(z_i)^T s sums over keys, S = sum_j psi(r_j) v_j^T, and a
 sliding sum could add the entering tokens and drop the leaving ones, but only if the tokens that stay
@@ -40,26 +44,62 @@ class StreamError(ValueError):
 
 @dataclass(frozen=True)
 class Model:
-    """What the listener runs: class names, the features the model was trained on, features -> logits."""
+    """What the listener runs: class names, the features the model was trained on, features -> logits; a
+    streaming model also one frame at a time (step; reset starts a new stream)."""
     name: str
     classes: tuple[str, ...]
     feature_cfg: FeatureConfig
     run: Callable[[np.ndarray], np.ndarray]  # float32 [1, frames, coeffs] -> logits [classes]
+    step: Callable[[np.ndarray], np.ndarray] | None = None  # float32 [coeffs], the next frame -> logits [classes]
+    reset: Callable[[], None] | None = None
+    window: int = 0  # frames a streaming model attends over
 
 
-def load_model(path, interpreter: str | None = None) -> Model:
-    """A torch checkpoint (.pt), or an exported .tflite run by edgeosc.runtime with the manifest.json beside it."""
+def streaming_model(name: str, net, classes, feature_cfg: FeatureConfig) -> Model:
+    """A streaming KWSTransformer (ModelConfig.window > 0) as a Model: step runs its stream_step."""
+    import torch
+    state: dict = {"s": None}
+
+    def run(x):
+        with torch.no_grad():
+            return net(torch.from_numpy(x))[0].numpy()
+
+    def step(frame):
+        with torch.no_grad():
+            logits, state["s"] = net.stream_step(torch.from_numpy(np.ascontiguousarray(frame, np.float32))[None],
+                                                 state["s"])
+        return logits[0].numpy()
+    return Model(name, tuple(classes), feature_cfg, run, step, lambda: state.update(s=None), net.window)
+
+
+def load_model(path, interpreter: str | None = None, window: int | None = None) -> Model:
+    """A torch checkpoint (.pt), or an exported .tflite run by edgeosc.runtime with the manifest.json beside it.
+    window: a streaming checkpoint's attention window (at most the trained one; default the trained one)."""
     path = Path(path)
     if path.suffix == ".pt":
         import torch
         from .checkpoint import load_checkpoint
         ckpt = load_checkpoint(path)
         net = ckpt.model.eval()
+        trained = getattr(ckpt.model_cfg, "window", 0)
+        if window is not None:
+            if not trained:
+                raise StreamError(f"{path}: --window needs a streaming model (trained with --window); this one "
+                                  "attends over its whole 1 s clip")
+            try:
+                net.set_window(window)
+            except ValueError as e:
+                raise StreamError(f"{path}: {e}") from None
+        if trained:
+            return streaming_model(path.name, net, ckpt.classes, ckpt.feature_cfg)
 
         def run(x):
             with torch.no_grad():
                 return net(torch.from_numpy(x))[0].numpy()
         return Model(path.name, ckpt.classes, ckpt.feature_cfg, run)
+    if window is not None:
+        raise StreamError(f"{path}: --window needs a streaming checkpoint (.pt trained with --window); its exports "
+                          "do not carry a stream's state yet")
     if path.suffix != ".tflite":
         raise StreamError(f"{path}: expected a checkpoint (.pt) or an exported model (.tflite)")
     manifest = path.parent / MANIFEST
@@ -161,6 +201,8 @@ class Listener:
         self._last = -np.inf
         self.samples, self.hops, self.detections = 0, 0, []
         self.features_ms, self.full_ms, self.model_ms = [], [], []
+        if model.reset:
+            model.reset()
 
     def window_features(self) -> np.ndarray:
         """The current window's model input [frames, coeffs]."""
@@ -181,7 +223,8 @@ class Listener:
         self.raw[:-self.new_frames] = self.raw[self.new_frames:]
         self.raw[-self.new_frames:] = self.front.frames(self.audio[self._new])
         self.samples += self.hop
-        if self.samples < self.cfg.clip_samples:
+        streaming = self.model.step is not None
+        if self.samples < self.cfg.clip_samples and not streaming:
             return None
         feats = self.window_features()
         t1 = time.perf_counter()
@@ -189,7 +232,14 @@ class Listener:
             self.front.normalize(self.front.frames(self.audio))
             self.full_ms.append(1e3 * (time.perf_counter() - t1))
         t2 = time.perf_counter()
-        logits = np.asarray(self.model.run(feats[None]), np.float64)
+        if streaming:  # the hop's new frames, one at a time, from the stream's start
+            for frame in feats[-self.new_frames:].copy():  # a copy: feats may be a view of the sliding buffer
+                logits = self.model.step(frame)
+            if self.samples < self.cfg.clip_samples:
+                return None
+        else:
+            logits = self.model.run(feats[None])
+        logits = np.asarray(logits, np.float64)
         self.model_ms.append(1e3 * (time.perf_counter() - t2))
         self.features_ms.append(1e3 * (t1 - t0))
         post = np.exp(logits - logits.max())
@@ -223,7 +273,7 @@ class Listener:
         sr = self.cfg.sample_rate
         feats, full, model = _summary(self.features_ms), _summary(self.full_ms), _summary(self.model_ms)
         total = [a + b for a, b in zip(self.features_ms, self.model_ms)]
-        return dict(model=self.model.name, hops=self.hops, hop_ms=1e3 * self.hop / sr,
+        return dict(model=self.model.name, hops=self.hops, hop_ms=1e3 * self.hop / sr, window=self.model.window,
                     window_ms=1e3 * self.cfg.clip_samples / sr, new_frames=self.new_frames,
                     frames=self.cfg.n_frames, features=feats, full_features=full, model_run=model,
                     total=_summary(total),
@@ -290,8 +340,10 @@ def format_latency(stats: dict) -> str:
     if full:
         lines.append(f"  features recomputed in full {full['median_ms']:.3f} ms ({full['p90_ms']:.3f}): "
                      f"incremental is {stats['features_saving']:.1f}x cheaper")
-    lines.append(f"  model {m['median_ms']:.3f} ms ({m['p90_ms']:.3f}); total {stats['total']['median_ms']:.3f} ms, "
-                 f"real-time factor {stats['real_time_factor']:.4f}")
+    how = (f"streaming, {stats['new_frames']} frame(s) a hop through its state, attention over the last "
+           f"{stats['window']} frames" if stats.get("window") else "the whole window")
+    lines.append(f"  model ({how}) {m['median_ms']:.3f} ms ({m['p90_ms']:.3f}); total "
+                 f"{stats['total']['median_ms']:.3f} ms, real-time factor {stats['real_time_factor']:.4f}")
     return "\n".join(lines)
 
 
@@ -301,11 +353,12 @@ def format_detections(detections: list[Detection], stats: dict) -> str:
 
 
 def listen_command(model, wav=None, hop_ms: float = 100.0, threshold: float = 0.7, smooth: int = 3,
-                   mic: bool = False, echo: Callable[[str], None] = print) -> tuple[list[Detection], dict]:
-    """What `edgeosc listen MODEL (--wav FILE | --mic)` does: run, echo detections and latencies."""
+                   mic: bool = False, echo: Callable[[str], None] = print,
+                   window: int | None = None) -> tuple[list[Detection], dict]:
+    """What `edgeosc listen MODEL (--wav FILE | --mic) [--window W]` does: run, echo detections and latencies."""
     if (wav is None) == (not mic):
         raise StreamError("give either a WAV file or the microphone, not both or neither")
-    model = _model(model)
+    model = model if isinstance(model, Model) else load_model(model, window=window)
     if mic:
         echo(f"listening with {model.name}; Ctrl-C stops")
         dets, stats = listen_microphone(model, hop_ms, threshold=threshold, smooth=smooth,

@@ -284,3 +284,60 @@ def test_module_imports_without_torch():
             "assert 'torch' not in sys.modules\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+# ----------------------------------------------------------- a streaming model, one frame at a time
+
+def band_stream_model() -> Model:
+    """band_model as a streaming model: each step takes one frame, keeps the last n_frames, and answers what
+    band_model answers on them, so the listener's frame-at-a-time path must detect what its window path does."""
+    window = band_model()
+    kept: list = []
+
+    def step(frame):
+        kept.append(frame)
+        del kept[:-BAND_CFG.n_frames]
+        return window.run(np.stack(kept)[None])
+    return Model("band-stream", window.classes, BAND_CFG, window.run, step, kept.clear, BAND_CFG.n_frames)
+
+
+@pytest.mark.parametrize("hop_ms", [20, 100])
+def test_a_streaming_model_steps_every_new_frame_and_detects_as_its_window(hop_ms, write_tmp):
+    wav = write_tmp(burst_signal())
+    stream_model, calls = band_stream_model(), []
+    step = stream_model.step
+    stepped = Model(stream_model.name, stream_model.classes, BAND_CFG, stream_model.run,
+                    lambda f: calls.append(f) or step(f), stream_model.reset, stream_model.window)
+    want, _ = listen_wav(band_model(), wav, hop_ms, threshold=0.5)
+    got, stats = listen_wav(stepped, wav, hop_ms, threshold=0.5)
+    assert [(d.keyword, d.time_s) for d in got] == [(d.keyword, d.time_s) for d in want] and len(got) == 3
+    n = int(np.ceil(len(burst_signal()) / SR / (hop_ms / 1000)))  # hops, the last partial one padded
+    assert len(calls) == n * hop_ms // 20 and stats["window"] == BAND_CFG.n_frames
+    assert "streaming, " in format_detections(got, stats)
+
+
+def checkpoint_file(path, cfg: ModelConfig, feature_cfg: FeatureConfig):
+    from edgeosc.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, save_checkpoint
+    from edgeosc.config import to_dict
+    from edgeosc.models.kws import build_model
+    torch.manual_seed(0)
+    save_checkpoint(path, dict(
+        format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, model_config=to_dict(cfg),
+        feature_config=to_dict(feature_cfg), data_config=to_dict(DataConfig()), train_config=to_dict(TrainConfig()),
+        classes=["_silence_", "low", "high"], quant=None, model=build_model(cfg).state_dict()))
+    return path
+
+
+def test_listen_streams_a_streaming_checkpoint_and_checks_its_window(tmp_path, write_tmp):
+    ckpt = checkpoint_file(tmp_path / "stream.pt", ModelConfig(attention="softmax", window=49, n_classes=3),
+                           FeatureConfig(normalize="none"))
+    model = load_model(ckpt, window=25)
+    assert model.step is not None and model.window == 25
+    lines = []
+    listen_command(model, write_tmp(noise(2.0)), hop_ms=40, echo=lines.append)
+    assert "attention over the last 25 frames" in lines[-1]
+    with pytest.raises(StreamError, match="trained with 49 frames"):
+        load_model(ckpt, window=50)
+    plain = checkpoint_file(tmp_path / "plain.pt", ModelConfig(attention="softmax", n_classes=3), FeatureConfig())
+    with pytest.raises(StreamError, match="needs a streaming model"):
+        load_model(plain, window=25)

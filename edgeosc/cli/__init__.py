@@ -518,18 +518,22 @@ def deploy(run, target, out, check):
               help="Window step (the window is the model's 1 s); a multiple of 20 ms.")
 @click.option("--threshold", type=float, default=0.7, show_default=True, help="Smoothed posterior to detect.")
 @click.option("--smooth", type=int, default=3, show_default=True, help="Posteriors averaged over this many hops.")
+@click.option("--window", type=click.IntRange(min=1), default=None,
+              help="A streaming checkpoint (trained with --window): frames its attention reads (default and at most "
+                   "the trained window).")
 @friendly_errors
-def listen(model, wav, mic, hop_ms, threshold, smooth):
+def listen(model, wav, mic, hop_ms, threshold, smooth, window):
     """Streaming keyword spotting on a WAV file or the microphone.
 
-    MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json. A sliding window every hop, smoothed posteriors, detections with timestamps and per-hop latency. Only
-    the new feature frames are computed each hop.
+    MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json. A sliding window every hop, smoothed
+    posteriors, detections with timestamps and per-hop latency. Only the new feature frames are computed each hop; a
+    streaming checkpoint (edgeosc train --window) also runs only them through its network, one frame at a time.
     """
     from ..stream import listen_command
     if model.endswith(".pt"):
         import torch
         torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
-    listen_command(model, wav, hop_ms, threshold, smooth, mic, echo=click.echo)
+    listen_command(model, wav, hop_ms, threshold, smooth, mic, echo=click.echo, window=window)
 
 
 # --------------------------------------------------------------------------- pipeline, sweep

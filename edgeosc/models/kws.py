@@ -98,6 +98,17 @@ class KWSTransformer(Hooked):
         pooled = self.point("pool", sums / counts)
         return self.head(pooled if per_frame else pooled[:, -1])
 
+    def set_window(self, window: int) -> None:
+        """Attend (and pool) over `window` frames instead of the trained cfg.window: shorter only, as the network
+        has never seen longer contexts."""
+        if not 1 <= window <= self.cfg.window:
+            raise ValueError(f"window {window}: this streaming model was trained with {self.cfg.window} frames; "
+                             f"give 1..{self.cfg.window}" if self.cfg.window else
+                             "a window needs the streaming variant (trained with ModelConfig.window > 0)")
+        self.window = window
+        for block in self.blocks:
+            block.attn.window = window
+
     def stream_step(self, frame: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
         """One feature frame [B, C] of a stream -> (its logits [B, classes], the state to pass with the next frame).
         state None starts a stream (as forward starts a clip). What it holds: the stem's two previous frames, per
