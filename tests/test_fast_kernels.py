@@ -20,10 +20,15 @@ EDGE_SHAPES = [
     dict(op="FULLY_CONNECTED", name="depth 4k+3", rows=4, depth=19, units=6, per_channel=1),
     dict(op="FULLY_CONNECTED", name="depth < 4, relu", rows=3, depth=3, units=3, act=(-20, 127)),
     dict(op="FULLY_CONNECTED", name="one row, one unit", rows=1, depth=33, units=1),
+    dict(op="FULLY_CONNECTED", name="one row, units 4k+3", rows=1, depth=18, units=7, per_channel=1),
+    dict(op="FULLY_CONNECTED", name="constants prepared per call", rows=3, depth=8, units=5, per_channel=1,
+         runtime_requant=1),
     dict(op="CONV_2D", name="10x4 stride 2", in_h=13, in_w=7, in_c=1, k_h=10, k_w=4, out_c=5, stride=2),
     dict(op="CONV_2D", name="3x3 dilated, channels 4k+2", in_h=6, in_w=5, in_c=6, k_h=3, k_w=3, out_c=3, dil=2,
          act=(0, 90)),
     dict(op="CONV_2D", name="1x3 over time", in_h=1, in_w=9, in_c=8, k_h=1, k_w=3, out_c=4),
+    dict(op="CONV_2D", name="1x3, one frame, constants prepared per call", in_h=1, in_w=1, in_c=8, k_h=1, k_w=3,
+         out_c=6, runtime_requant=1),
     dict(op="DEPTHWISE_CONV_2D", name="depthwise 3x3", in_h=7, in_w=5, in_c=8, k_h=3, k_w=3, out_c=8),
     dict(op="DEPTHWISE_CONV_2D", name="depthwise stride 2 dilated relu", in_h=9, in_w=6, in_c=16, k_h=3, k_w=2,
          out_c=16, stride=2, dil=2, act=(-128, 40)),
@@ -60,6 +65,17 @@ def test_default_kernels_are_faster_on_the_dsp_path(tmp_path):
     for name in ("stem", "projection", "feed-forward up", "feed-forward down"):
         assert rows[name]["speedup"] > 2.5, (name, rows[name]["speedup"])
         assert rows[name]["cycles_per_mac"] < 4.0, (name, rows[name]["cycles_per_mac"])
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_streaming_linear_core_is_exact_on_both_paths(gated, tmp_path):
+    """Each hop's update (the new key added, the expired one removed) and query on Cortex-M4, every output checked
+    against the integer reference over its window by linear_hop_cycles, on the DSP path (the coupling's two keys
+    in one SMLAD) and the portable one."""
+    kw = dict(core="cortex-m4", heads=2, d_head=6, p=3, gated=gated)
+    dsp = E.linear_hop_cycles(**kw, work_dir=tmp_path / "dsp")
+    portable = E.linear_hop_cycles(**kw, work_dir=tmp_path / "portable", flags=(*E.CFLAGS, "-DEDGEOSC_PORTABLE"))
+    assert dsp < portable, (dsp, portable)
 
 
 @pytest.mark.parametrize("d_head", [6, 8, 16])

@@ -92,8 +92,9 @@ def test_worst_case_bounds_at_196_tokens(gated):
 
 
 def test_sliding_window_state_is_exact():
-    """A window moved key by key (add the new, subtract the expired) holds the same integers as one built from
-    its keys, in C and in numpy, and its queries give the same outputs."""
+    """A window moved key by key (the new key added and the expired one removed in one update) holds the same
+    integers as one built from its keys, in C and in numpy, and its queries give the same outputs; adding two keys
+    in one update equals adding them one by one."""
     rng = np.random.default_rng(7)
     T, W, dh, dv = 30, 8, 8, 8
     q, k, v, r, g = (x[0] for x in case(rng, 1, T, dh, dv, gated=True))
@@ -101,21 +102,25 @@ def test_sliding_window_state_is_exact():
     c = ck.linear_params(pq, 1, T, dh, dv)
     lib, words = ck.library(), R.linear_state_words(dh, dv, 4)
     i32p = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))  # noqa: E731
-    p8 = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))  # noqa: E731
+    key = lambda j, sign=1: ck.linear_key(k[j], v[j], r[j], int(g[j]) - ZP["g"], sign)  # noqa: E731
     state = np.zeros(words, np.int32)
     sc, sr = R.linear_key_features(k, v, r, g, pq)
     for j in range(T):
-        lib.edgeosc_linear_update(ctypes.byref(c), i32p(state), p8(k[j]), p8(v[j]), p8(r[j]), int(g[j]) - ZP["g"], 1)
-        if j >= W:
-            lib.edgeosc_linear_update(ctypes.byref(c), i32p(state), p8(k[j - W]), p8(v[j - W]), p8(r[j - W]),
-                                      int(g[j - W]) - ZP["g"], -1)
+        lib.edgeosc_linear_update(ctypes.byref(c), i32p(state), key(j), key(j - W, -1) if j >= W else None)
         lo = max(0, j - W + 1)
         want = np.concatenate([R.wrap32(sc[lo:j + 1].sum(0)).ravel(), R.wrap32(sr[lo:j + 1].sum(0)).ravel()])
         assert np.array_equal(state, want), j
         out = np.empty(dv, np.int8)
-        lib.edgeosc_linear_query(ctypes.byref(c), i32p(state), p8(q[j]), p8(out))
+        lib.edgeosc_linear_query(ctypes.byref(c), i32p(state), q[j].ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+                                 out.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)))
         window = R.linear_core_int8(pq, *(x[None, lo:j + 1] for x in (q, k, v, r, g)))
         assert np.array_equal(out, window[0, -1]), j
+    pair = np.zeros(words, np.int32)
+    lib.edgeosc_linear_update(ctypes.byref(c), i32p(pair), key(3), key(4))
+    lib.edgeosc_linear_update(ctypes.byref(c), i32p(pair), key(3, -1), None)  # leaves key 4 alone
+    single = np.zeros(words, np.int32)
+    lib.edgeosc_linear_update(ctypes.byref(c), i32p(single), key(4), None)
+    assert np.array_equal(pair, single) and single.any()
 
 
 def test_degenerate_inputs():

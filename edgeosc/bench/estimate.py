@@ -318,12 +318,35 @@ def _core_driver(work: Path) -> Path:
         "int edgeosc_bench_linear(const int32_t *f, const int8_t *q, const int8_t *k, const int8_t *v,",
         "                         const int8_t *r, const int8_t *g, int8_t *out, int32_t *state) {",
         "  EdgeoscLinearParams p;", *_assign(LinearParams, "p"),
-        "  return edgeosc_linear_core_int8(&p, q, k, v, r, g, out, state);", "}", ""])
+        "  return edgeosc_linear_core_int8(&p, q, k, v, r, g, out, state);", "}", "",
+        "/* A stream through the linear core: per frame i and head, key i added and key i - window removed in one",
+        " * update, then query i (the firmware's per-hop work); state: heads x EDGEOSC_LINEAR_STATE_WORDS int32. */",
+        "int edgeosc_bench_linear_stream(const int32_t *f, const int8_t *q, const int8_t *k, const int8_t *v,",
+        "                                const int8_t *r, const int8_t *g, int8_t *out, int32_t *state, int window) {",
+        "  EdgeoscLinearParams p;", *_assign(LinearParams, "p"),
+        "  const size_t words = EDGEOSC_LINEAR_STATE_WORDS(p.d_head, p.d_value, p.p), n = words * p.heads;",
+        "  size_t w;",
+        "  int i, hd;",
+        "  for (w = 0; w < n; ++w) state[w] = 0;",
+        "  for (i = 0; i < p.tokens; ++i)",
+        "    for (hd = 0; hd < p.heads; ++hd) {",
+        "      const size_t j = (size_t)hd * p.tokens + i;",
+        "      EdgeoscLinearKey in, old;",
+        "      in.k = k + j * p.d_head, in.v = v + j * p.d_value, in.r = r + j * 2, in.sign = 1;",
+        "      in.gate = g ? g[j] - p.zp_g : 256;",
+        "      old = in;",
+        "      old.k -= window * p.d_head, old.v -= window * p.d_value, old.r -= window * 2, old.sign = -1;",
+        "      old.gate = !g ? 256 : i >= window ? g[j - window] - p.zp_g : 0;",
+        "      edgeosc_linear_update(&p, state + hd * words, &in, i >= window ? &old : 0);",
+        "      edgeosc_linear_query(&p, state + hd * words, q + j * p.d_head, out + j * p.d_value);",
+        "    }",
+        "  return 0;", "}", ""])
     return _text(work, "cores", text)
 
 
-def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int):
-    """Plausible integer parameters (callgrind's layer scales, TFLite Micro's multipliers) and random inputs."""
+def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int, p: int = 4):
+    """Plausible integer parameters (callgrind's layer scales, TFLite Micro's multipliers) and random inputs; the
+    linear core's readout power p."""
     from ..integer import reference as R
     from ..integer import ckernels as K
     from .callgrind import _layer
@@ -339,7 +362,7 @@ def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int):
     osc_f = _values(K.osc_params(osc, heads, T, d_head, d_osc, d_head)[0])
     sm_f = _values(K.softmax_params(sm, heads, T, d_head, d_head))
     lut = R.softmax_exp_table(sm.beta_multiplier, sm.beta_left_shift, sm.diff_min).astype(np.int32)
-    lin = R.linear_quant_from_scales(s, d_head, 4, zp=dict(g=-128))  # gates >= 0
+    lin = R.linear_quant_from_scales(s, d_head, p, zp=dict(g=-128))  # gates >= 0
     r2 = rng.standard_normal((heads, T, 2))
     r2 = np.clip(np.round(128 * r2 / np.linalg.norm(r2, axis=-1, keepdims=True)), -128, 127).astype(np.int8)
     g = rng.integers(-128, 128, (heads, T)).astype(np.int8)
@@ -410,28 +433,59 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
     return rows
 
 
+def linear_hop_cycles(core: str = "cortex-m4", heads: int = 4, d_head: int = 8, p: int = 4,
+                      work_dir: str | Path | None = None, seed: int = 0, flags: Sequence[str] = CFLAGS,
+                      gated: bool = True) -> float:
+    """Cycles of one hop of the streaming linear core for the heads of one block, an ESTIMATE by emulation on
+    `core`: each head's window slides by a frame (the new key added and the expired one removed in one
+    edgeosc_linear_update) and its query reads the sums. The work does not depend on the window: streams of 16 and
+    24 frames through a window of 4 (random int8 inputs, d_value = d_head, the key gate on unless not `gated`), each
+    output checked against the integer reference over its window, and the hop is the difference over the 8 extra
+    frames. `flags`: as core_scaling's."""
+    from ..integer import reference as R
+    work = Path(work_dir) if work_dir else cache_dir()
+    elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work, flags=flags)
+    fn, window, total = "edgeosc_bench_linear_stream", 4, {}
+    for T in (16, 24):
+        x = _layer_inputs(T, 2, heads, d_head, seed, p)
+        pq, f, g = x["lin"], x["lin_f"], x["g"] if gated else None
+        ins = [x[n] for n in ("q", "k", "v", "r2")]
+        want = np.stack([R.linear_core_int8(pq, *(a[:, max(0, i - window + 1):i + 1] for a in ins),
+                                            None if g is None else g[:, max(0, i - window + 1):i + 1])[:, -1]
+                         for i in range(T)], 1)
+        bufs = dict(f=f, q=x["q"], k=x["k"], v=x["v"], r=x["r2"], g=x["g"], out=np.zeros_like(x["v"]),
+                    state=np.zeros(heads * R.linear_state_words(d_head, d_head, p), np.int32))
+        run = C.emulate(elf, fn, ["f", "q", "k", "v", "r", "g" if gated else 0, "out", "state", window], bufs,
+                        core=core, scopes=(fn,))
+        if run.return_value != 0 or not np.array_equal(run.outputs["out"], want):
+            raise RuntimeError(f"the streaming linear core on {core}: an output differs from the integer reference")
+        total[T] = C.cycles(run.scoped[fn], core)
+    return (total[24] - total[16]) / 8
+
+
 # ---- one kernel at a time: the fast path against the portable reference --------------------------------------
 
 KERNEL_DRIVER = r"""/* Generated by edgeosc/bench/estimate.py: builtin kernels with their parameters from f[]. */
 #include "edgeosc_ops.h"
 
+/* dsp: the requantization constants code generation writes (EdgeoscChannelRequant.dsp), or NULL */
 int edgeosc_bench_fc(const int32_t *f, const int8_t *w, const int32_t *bias, const int32_t *mult,
-                     const int32_t *shift, const int8_t *in, int8_t *out, int32_t *scratch) {
+                     const int32_t *shift, const int8_t *in, int8_t *out, int32_t *scratch, const int32_t *dsp) {
   EdgeoscFcParams p;
   p.rows = f[0], p.depth = f[1], p.units = f[2], p.zp_in = f[3], p.zp_out = f[4], p.act_min = f[5];
   p.act_max = f[6], p.weights = w, p.bias = bias, p.rq.multiplier = mult, p.rq.shift = shift;
-  p.rq.per_channel = f[7];
+  p.rq.per_channel = f[7], p.rq.dsp = dsp;
   edgeosc_fc_int8(&p, in, out, scratch);
   return 0;
 }
 
 int edgeosc_bench_conv(const int32_t *f, const int8_t *w, const int32_t *bias, const int32_t *mult,
-                       const int32_t *shift, const int8_t *in, int8_t *out, int32_t *scratch) {
+                       const int32_t *shift, const int8_t *in, int8_t *out, int32_t *scratch, const int32_t *dsp) {
   EdgeoscConvParams p;
   p.in_h = f[0], p.in_w = f[1], p.in_c = f[2], p.out_h = f[3], p.out_w = f[4], p.out_c = f[5], p.k_h = f[6];
   p.k_w = f[7], p.stride_h = f[8], p.stride_w = f[9], p.dil_h = f[10], p.dil_w = f[11], p.pad_top = f[12];
   p.pad_left = f[13], p.zp_in = f[14], p.zp_out = f[15], p.act_min = f[16], p.act_max = f[17];
-  p.weights = w, p.bias = bias, p.rq.multiplier = mult, p.rq.shift = shift, p.rq.per_channel = 1;
+  p.weights = w, p.bias = bias, p.rq.multiplier = mult, p.rq.shift = shift, p.rq.per_channel = 1, p.rq.dsp = dsp;
   if (f[18]) /* depthwise: weights [1, k_h, k_w, out_c] */
     edgeosc_depthwise_conv_int8(&p, in, out);
   else
@@ -477,8 +531,11 @@ def default_kernel_shapes() -> list[dict]:
 
 def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     """(driver function, its arguments, buffers, MACs) for one kernel spec with random int8 data. Optional keys:
-    "act" (act_min, act_max), "per_channel" (FULLY_CONNECTED), "stride" and "dil" (CONV_2D and
-    DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside and outside the image alike)."""
+    "act" (act_min, act_max), "per_channel" (FULLY_CONNECTED), "runtime_requant" (FULLY_CONNECTED, CONV_2D: the
+    DSP requantization constants prepared on each call, not given as code generation writes them), "stride" and
+    "dil" (CONV_2D and DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside and outside the image
+    alike)."""
+    from ..export.c.ops import dsp_requant
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     if spec["op"] in ("ADD", "SUB"):  # "rows" x "cols", b broadcast along the row when "row_broadcast"
@@ -516,7 +573,10 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
     bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, n_bias).astype(np.int32), mult=np.array(mult, np.int32),
                 shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8), scratch=np.zeros(words, np.int32))
-    return fn, ["f", "w", "bias", "mult", "shift", "x", "out", "scratch"], bufs, macs
+    dsp = None if spec["op"] == "DEPTHWISE_CONV_2D" or spec.get("runtime_requant") else dsp_requant(mult, shift)
+    if dsp is not None:  # as generated firmware has them (spec "runtime_requant": prepared on each call instead)
+        bufs["dsp"] = dsp
+    return fn, ["f", "w", "bias", "mult", "shift", "x", "out", "scratch", "dsp" if dsp is not None else 0], bufs, macs
 
 
 def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None, work_dir: str | Path | None = None,
@@ -601,10 +661,10 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
 
     per_hop_cycles: one new frame through the streaming variant (ModelConfig.window = W): every per-frame op of the
     network run on one frame (the emulated model over 1 frame, its attention core aside), plus the attention per
-    block and head: the linear core adds the new key to its sums, subtracts the expired key (edgeosc_linear_update
-    with sign -1, priced as the emulated update) and queries them, whatever W, its state kept in the arena (no reset
-    per hop); softmax's one query reads W cached keys, priced as 1 / W of its fused core over W frames (every query
-    row costs the same there). The 1-frame model is the whole-clip network's graph: against the streaming one it has
+    block and head: the linear core adds the new key to its sums and subtracts the expired key in one
+    edgeosc_linear_update, then queries them, whatever W, its state kept in the arena (no reset per hop;
+    linear_hop_cycles); softmax's one query reads W cached keys, priced as 1 / W of its fused core over W frames
+    (every query row costs the same there). The 1-frame model is the whole-clip network's graph: against the streaming one it has
     an absolute position ADD and a gate normalised over the keys (L2), where the stream has none and a sigmoid
     table, and it lacks the anchors' turn per frame (four 2-vector rotations): at the default shapes these overstate
     a hop by about 2.6% (oscillator) and 0.8% (softmax), a margin left in the estimate. recompute_cycles: the window
@@ -615,6 +675,7 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     import dataclasses
 
     from ..config import SHIPPED_OSCILLATOR, ModelConfig
+    from ..models.kws import resolve
     model = model or ModelConfig(**SHIPPED_OSCILLATOR)
     if model.attention != "oscillator" or model.form != "linear":
         raise ValueError("stream_cycles prices the linear oscillator core (model.form 'linear') against softmax")
@@ -628,20 +689,17 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
         for kind in STREAM_KINDS:
             core_fn = ATTENTION[3] if kind == "oscillator" else ATTENTION[1]
             fw, name = random_firmware(configs[kind], 1, tmp)
-            one = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work,
-                                 (core_fn, "edgeosc_linear_update", "edgeosc_linear_query"))
+            one = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work, (core_fn,))
             calls = one.scope_calls[core_fn]  # one per block
             frame = C.cycles(one.scoped[f"{name}_run"], core) - C.cycles(one.scoped[core_fn], core)
+            if kind == "oscillator":  # per block, each head's window slid by a frame and queried
+                m = resolve(configs[kind])
+                hop = calls * linear_hop_cycles(core, m.heads, m.d_model // m.heads, m.p, work)
             for W in windows:
                 fw, name = random_firmware(configs[kind], W, tmp)
                 run = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work, (core_fn,))
                 recompute = C.cycles(run.scoped[f"{name}_run"], core)
-                if kind == "oscillator":  # per head: the new key's update, the expired key's, one query
-                    attention = sum(C.cycles(one.scoped[f], core) for f in ("edgeosc_linear_update",
-                                                                            "edgeosc_linear_update",
-                                                                            "edgeosc_linear_query"))
-                else:
-                    attention = C.cycles(run.scoped[core_fn], core) / W
+                attention = hop if kind == "oscillator" else C.cycles(run.scoped[core_fn], core) / W
                 per_hop = frame + attention
                 rows.append(dict(
                     kind=kind, window=W, core=core, device=dev_key, blocks=calls, per_hop_cycles=per_hop,

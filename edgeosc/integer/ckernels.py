@@ -32,6 +32,15 @@ MIRRORS = {core.struct: mirror(core) for core in S.CORES}
 OscParams, GateParams, SoftmaxParams, LinearParams = (MIRRORS[c.struct] for c in S.CORES)
 
 
+class LinearKey(ctypes.Structure):
+    """EdgeoscLinearKey: one key of one head for edgeosc_linear_update (the caller keeps k, v and r alive)."""
+    _fields_ = [("k", _p8), ("v", _p8), ("r", _p8), ("gate", _i32), ("sign", _i32)]
+
+
+def linear_key(k: np.ndarray, v: np.ndarray, r: np.ndarray, gate: int, sign: int = 1) -> LinearKey:
+    return LinearKey(_ptr(k), _ptr(v), _ptr(r), int(gate), int(sign))
+
+
 def make(core: S.Core, **values):
     """A mirror instance from its fields by name (all of them: schema.Core.ordered checks)."""
     return MIRRORS[core.struct](**core.ordered(values))
@@ -44,7 +53,8 @@ def library() -> ctypes.CDLL:
     lib.edgeosc_oscillator_core_int8.argtypes = [ctypes.POINTER(OscParams)] + [_p8] * 6
     lib.edgeosc_softmax_core_int8.argtypes = [ctypes.POINTER(SoftmaxParams)] + [_p8] * 5
     lib.edgeosc_linear_core_int8.argtypes = [ctypes.POINTER(LinearParams)] + [_p8] * 6 + [ctypes.POINTER(_i32)]
-    lib.edgeosc_linear_update.argtypes = [ctypes.POINTER(LinearParams), ctypes.POINTER(_i32)] + [_p8] * 3 + [_i32, ctypes.c_int]
+    lib.edgeosc_linear_update.argtypes = [ctypes.POINTER(LinearParams), ctypes.POINTER(_i32),
+                                          ctypes.POINTER(LinearKey), ctypes.POINTER(LinearKey)]
     lib.edgeosc_linear_query.argtypes = [ctypes.POINTER(LinearParams), ctypes.POINTER(_i32), _p8, _p8]
     for f in (lib.edgeosc_oscillator_core_int8, lib.edgeosc_softmax_core_int8, lib.edgeosc_linear_core_int8):
         f.restype = ctypes.c_int

@@ -320,104 +320,156 @@ static inline int32x4_t minus_zp4(const int8_t *x, int32_t zp) {
 
 static int32_t sat32(int64_t x) { return (int32_t)(x < INT32_MIN ? INT32_MIN : x > INT32_MAX ? INT32_MAX : x); }
 
-void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const int8_t *k, const int8_t *v,
-                           const int8_t *r, int32_t gate, int sign) {
-  const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
-  uint32_t *sc = (uint32_t *)state, *sr = sc + 2 * EDGEOSC_LINEAR_COUPLING(dh);
-  /* zero points in locals: the state's stores could alias p, which would reload them every step */
-  const int32_t r0 = sign * r[0], r1 = sign * r[1], zk = p->zp_k, zv = p->zp_v;
-  int32_t harm[8], a, b, m, d;
-  /* coupling: [1, K_a, K_a K_b (a <= b)] x r (unsigned: the sums wrap, and unwrap when a key leaves) */
-  sc[0] += (uint32_t)r0;
-  sc[1] += (uint32_t)r1;
-  sc += 2;
-  for (a = 0; a < dh; ++a, sc += 2) {
-    const int32_t ka = k[a] - zk;
-    sc[0] += (uint32_t)(ka * r0);
-    sc[1] += (uint32_t)(ka * r1);
+/* A key's terms with its sign folded in: K = k - zp_k, r, and the readout rows' coefficients u (the gate times
+ * [1, cos m f, sin m f] in Q15, over 2^8; row 0: gate x 128). A missing key: every term 0. */
+typedef struct {
+  int16_t K[EDGEOSC_LINEAR_MAX_D_HEAD];
+  int32_t r0, r1, u[9];
+  const int8_t *v;
+} KeyTerms;
+
+static void key_terms(const EdgeoscLinearParams *p, const EdgeoscLinearKey *key, const int8_t *any_v, KeyTerms *t) {
+  int32_t harm[8], m, a;
+  if (!key) {
+    for (a = 0; a < p->d_head; ++a) t->K[a] = 0;
+    for (m = 0; m < 9; ++m) t->u[m] = 0;
+    t->r0 = t->r1 = 0, t->v = any_v;
+    return;
   }
-  for (a = 0; a < dh; ++a) {
-    const int32_t ka = k[a] - zk;
-    b = a;
+  for (a = 0; a < p->d_head; ++a) t->K[a] = (int16_t)(key->k[a] - p->zp_k);
+  t->r0 = key->sign * key->r[0], t->r1 = key->sign * key->r[1], t->v = key->v;
+  harmonics_q15(key->r, p->p, harm);
+  t->u[0] = key->sign * key->gate * 128;
+  for (m = 0; m < 2 * p->p; ++m) t->u[m + 1] = key->sign * ((key->gate * harm[m] + 128) >> 8);
+}
+
+/* Both keys' terms into the state, wrapping as uint32 (a key added then removed leaves it as it was):
+ *   coupling [1, K_i, K_i K_j (i <= j)] x r, as K_j (K_i r): |K| <= 255 and |r| <= 128, so both factors are int16
+ *   and the DSP path adds a and b's in one SMLAD;
+ *   readout u_m [v - zp_v, 1] for each row m (u can pass int16: the gate's 256 x 128 without the key gate). */
+void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                           const EdgeoscLinearKey *b) {
+  const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
+  const int32_t zv = p->zp_v;
+  uint32_t *sc = (uint32_t *)state, *sr = sc + 2 * EDGEOSC_LINEAR_COUPLING(dh);
+  KeyTerms ta, tb;
+  int32_t i, m, d;
+#if EDGEOSC_DSP
+  int32_t kk[EDGEOSC_LINEAR_MAX_D_HEAD]; /* (K_a, K_b) int16 pairs */
+#endif
+  key_terms(p, a, a->v, &ta);
+  key_terms(p, b, a->v, &tb);
+  sc[0] += (uint32_t)(ta.r0 + tb.r0);
+  sc[1] += (uint32_t)(ta.r1 + tb.r1);
+  sc += 2;
+#if EDGEOSC_DSP
+  for (i = 0; i < dh; ++i) kk[i] = edgeosc_pack16(ta.K[i], tb.K[i]);
+  {
+    const int32_t r0 = edgeosc_pack16(ta.r0, tb.r0), r1 = edgeosc_pack16(ta.r1, tb.r1);
+    for (i = 0; i < dh; ++i, sc += 2) {
+      sc[0] = (uint32_t)__smlad(kk[i], r0, (int32_t)sc[0]);
+      sc[1] = (uint32_t)__smlad(kk[i], r1, (int32_t)sc[1]);
+    }
+  }
+  for (i = 0; i < dh; ++i) {
+    const int32_t x0 = edgeosc_pack16(ta.K[i] * ta.r0, tb.K[i] * tb.r0);
+    const int32_t x1 = edgeosc_pack16(ta.K[i] * ta.r1, tb.K[i] * tb.r1);
+    const int32_t *kj = kk + i, *const end = kk + dh;
+    for (; kj < end; ++kj, sc += 2) {
+      sc[0] = (uint32_t)__smlad(*kj, x0, (int32_t)sc[0]);
+      sc[1] = (uint32_t)__smlad(*kj, x1, (int32_t)sc[1]);
+    }
+  }
+#else
+  for (i = 0; i < dh; ++i, sc += 2) {
+    sc[0] += (uint32_t)(ta.K[i] * ta.r0 + tb.K[i] * tb.r0);
+    sc[1] += (uint32_t)(ta.K[i] * ta.r1 + tb.K[i] * tb.r1);
+  }
+  for (i = 0; i < dh; ++i) {
+    const int32_t xa0 = ta.K[i] * ta.r0, xb0 = tb.K[i] * tb.r0, xa1 = ta.K[i] * ta.r1, xb1 = tb.K[i] * tb.r1;
+    int32_t j = i;
 #if EDGEOSC_NEON
-    for (; b + 4 <= dh; b += 4, sc += 8) { /* four features' (x r0, x r1) pairs: de-interleaved, added, stored back */
-      const int32x4_t kb = vmulq_n_s32(minus_zp4(k + b, zk), ka);
+    for (; j + 4 <= dh; j += 4, sc += 8) { /* four features' pairs: de-interleaved, added, stored back */
+      const int32x4_t ka = vmovl_s16(vld1_s16(ta.K + j)), kb = vmovl_s16(vld1_s16(tb.K + j));
       uint32x4x2_t pair = vld2q_u32(sc);
-      pair.val[0] = vaddq_u32(pair.val[0], vreinterpretq_u32_s32(vmulq_n_s32(kb, r0)));
-      pair.val[1] = vaddq_u32(pair.val[1], vreinterpretq_u32_s32(vmulq_n_s32(kb, r1)));
+      pair.val[0] = vaddq_u32(pair.val[0], vreinterpretq_u32_s32(vmlaq_n_s32(vmulq_n_s32(ka, xa0), kb, xb0)));
+      pair.val[1] = vaddq_u32(pair.val[1], vreinterpretq_u32_s32(vmlaq_n_s32(vmulq_n_s32(ka, xa1), kb, xb1)));
       vst2q_u32(sc, pair);
     }
 #endif
-    for (; b < dh; ++b, sc += 2) {
-      const int32_t kk = ka * (k[b] - zk);
-      sc[0] += (uint32_t)(kk * r0);
-      sc[1] += (uint32_t)(kk * r1);
+    for (; j < dh; ++j, sc += 2) {
+      sc[0] += (uint32_t)(ta.K[j] * xa0 + tb.K[j] * xb0);
+      sc[1] += (uint32_t)(ta.K[j] * xa1 + tb.K[j] * xb1);
     }
   }
-  /* readout: g [1, cos m f, sin m f] (Q15 times the gate, over 2^8) x [v, 1]; a harmonic's cos and sin rows
-   * together, sharing each value */
-  harmonics_q15(r, p->p, harm);
-  for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(sign * gate * 128 * (v[d] - zv));
-  sr[dv] += (uint32_t)(sign * gate * 128);
-  for (m = 0, sr += dv + 1; m < nr - 1; m += 2, sr += 2 * (dv + 1)) {
-    const int32_t uc = sign * ((gate * harm[m] + 128) >> 8), us = sign * ((gate * harm[m + 1] + 128) >> 8);
+#endif
+  /* readout: row 0, then each harmonic's cos and sin rows together, sharing each value */
+  for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(ta.u[0] * (ta.v[d] - zv) + tb.u[0] * (tb.v[d] - zv));
+  sr[dv] += (uint32_t)(ta.u[0] + tb.u[0]);
+  for (m = 1, sr += dv + 1; m < nr; m += 2, sr += 2 * (dv + 1)) {
+    const int32_t uca = ta.u[m], usa = ta.u[m + 1], ucb = tb.u[m], usb = tb.u[m + 1];
     uint32_t *const ss = sr + dv + 1;
     d = 0;
 #if EDGEOSC_NEON
     for (; d + 4 <= dv; d += 4) {
-      const int32x4_t vd = minus_zp4(v + d, zv);
-      vst1q_u32(sr + d, vaddq_u32(vld1q_u32(sr + d), vreinterpretq_u32_s32(vmulq_n_s32(vd, uc))));
-      vst1q_u32(ss + d, vaddq_u32(vld1q_u32(ss + d), vreinterpretq_u32_s32(vmulq_n_s32(vd, us))));
+      const int32x4_t va = minus_zp4(ta.v + d, zv), vb = minus_zp4(tb.v + d, zv);
+      const int32x4_t c = vmlaq_n_s32(vmulq_n_s32(va, uca), vb, ucb), s = vmlaq_n_s32(vmulq_n_s32(va, usa), vb, usb);
+      vst1q_u32(sr + d, vaddq_u32(vld1q_u32(sr + d), vreinterpretq_u32_s32(c)));
+      vst1q_u32(ss + d, vaddq_u32(vld1q_u32(ss + d), vreinterpretq_u32_s32(s)));
     }
 #endif
     for (; d < dv; ++d) {
-      const int32_t vd = v[d] - zv;
-      sr[d] += (uint32_t)(uc * vd);
-      ss[d] += (uint32_t)(us * vd);
+      const int32_t va = ta.v[d] - zv, vb = tb.v[d] - zv;
+      sr[d] += (uint32_t)(uca * va + ucb * vb);
+      ss[d] += (uint32_t)(usa * va + usb * vb);
     }
-    sr[dv] += (uint32_t)uc;
-    ss[dv] += (uint32_t)us;
+    sr[dv] += (uint32_t)(uca + ucb);
+    ss[dv] += (uint32_t)(usa + usb);
   }
+}
+
+/* round(x / 2^e) (ties up) for e in [32, 62] from the top word: a 64-bit add, then one 32-bit shift */
+static int32_t shift_round64_high(int64_t x, int e) {
+  return (int32_t)((x + ((int64_t)1 << (e - 1))) >> 32) >> (e - 32);
 }
 
 void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
   static const int32_t kWeights[5][5] = {{0}, {2, 2}, {6, 8, 2}, {20, 30, 12, 2}, {70, 112, 56, 16, 2}};
   const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
   const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh), *w = kWeights[p->p];
-  int64_t h0, h1, num, den, inv;
-  int32_t beta[9], harm[8], hh[2], two_c1 = 2 * p->c1, a, b, m, d, n, e, dn, nd, shift, two = 1;
-  const int32_t zq = p->zp_q;
+  int64_t h0, h1, den;
+  int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[9], harm[8], hh[2], a, m, d, e, dn, inv, shift;
   int8_t z[2];
   /* 1: h = 2 sum_j (2/s^2) taylor2(s Q.K_j) r_j = c1^2 R + 2 c1 Q.KR + sum_ab (2|4) Q_a Q_b KKR_ab */
+  for (a = 0; a < dh; ++a) Q[a] = q[a] - p->zp_q;
   h0 = (int64_t)p->c1 * p->c1 * sc[0];
   h1 = (int64_t)p->c1 * p->c1 * sc[1];
   sc += 2;
   for (a = 0; a < dh; ++a, sc += 2) {
-    const int32_t qa = two_c1 * (q[a] - zq);
+    const int32_t qa = 2 * p->c1 * Q[a];
     h0 += (int64_t)qa * sc[0];
     h1 += (int64_t)qa * sc[1];
   }
   for (a = 0; a < dh; ++a) {
-    const int32_t qa = q[a] - zq, qa4 = 4 * qa;
-    h0 += (int64_t)(2 * qa * qa) * sc[0]; /* a == b: weight 2, a < b: 4 (both orders) */
-    h1 += (int64_t)(2 * qa * qa) * sc[1];
-    b = a + 1;
+    const int32_t qa4 = 4 * Q[a], *qb = Q + a + 1, *const end = Q + dh;
+    h0 += (int64_t)(2 * Q[a] * Q[a]) * sc[0]; /* a == b: weight 2, a < b: 4 (both orders) */
+    h1 += (int64_t)(2 * Q[a] * Q[a]) * sc[1];
     sc += 2;
 #if EDGEOSC_NEON
-    if (b + 4 <= dh) { /* four features at a time: pairs de-interleaved, int64 lanes (SMLAL) */
+    if (qb + 4 <= end) { /* four features at a time: pairs de-interleaved, int64 lanes (SMLAL) */
       int64x2_t v0 = vdupq_n_s64(0), v1 = vdupq_n_s64(0);
-      for (; b + 4 <= dh; b += 4, sc += 8) {
-        const int32x4_t qq = vmulq_n_s32(minus_zp4(q + b, zq), qa4);
-        const int32x4x2_t s = vld2q_s32(sc);
-        v0 = vmlal_high_s32(vmlal_s32(v0, vget_low_s32(qq), vget_low_s32(s.val[0])), qq, s.val[0]);
-        v1 = vmlal_high_s32(vmlal_s32(v1, vget_low_s32(qq), vget_low_s32(s.val[1])), qq, s.val[1]);
+      for (; qb + 4 <= end; qb += 4, sc += 8) {
+        const int32x4_t qq = vmulq_n_s32(vld1q_s32(qb), qa4);
+        const int32x4x2_t st = vld2q_s32(sc);
+        v0 = vmlal_high_s32(vmlal_s32(v0, vget_low_s32(qq), vget_low_s32(st.val[0])), qq, st.val[0]);
+        v1 = vmlal_high_s32(vmlal_s32(v1, vget_low_s32(qq), vget_low_s32(st.val[1])), qq, st.val[1]);
       }
       h0 += vaddvq_s64(v0);
       h1 += vaddvq_s64(v1);
     }
 #endif
-    for (; b < dh; ++b, sc += 2) {
-      const int32_t qq = qa4 * (q[b] - zq);
+    for (; qb < end; ++qb, sc += 2) {
+      const int32_t qq = qa4 * *qb;
       h0 += (int64_t)qq * sc[0];
       h1 += (int64_t)qq * sc[1];
     }
@@ -441,11 +493,12 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
   /* 4: one division per query: den to 22 bits, m 2^21 / den a multiplier of each numerator */
   e = bitlen64((uint64_t)den) - 22;
   dn = (int32_t)shift_round64(den, e);
-  inv = div_q21((uint32_t)p->rq_out.multiplier, (uint32_t)dn);
-  shift = 52 - p->rq_out.shift;
-  for (d = 0; d < dv; d += two + 1) { /* two numerators at a time share each beta (NEON: four) */
-    int64_t nums[4] = {0, 0, 0, 0};
-    two = d + 1 < dv;
+  inv = (int32_t)div_q21((uint32_t)p->rq_out.multiplier, (uint32_t)dn);
+  shift = 52 - p->rq_out.shift; /* 32..62 */
+  for (d = 0; d < dv; d += 2) { /* two numerators at a time share each beta (NEON: four) */
+    const int two = d + 1 < dv; /* else the last value twice */
+    int64_t num[4] = {0, 0, 0, 0};
+    int n, count = 1 + two;
 #if EDGEOSC_NEON
     if (d + 4 <= dv) { /* four numerators: int64 lanes (SMLAL by scalar) */
       int64x2_t n01 = vdupq_n_s64(0), n23 = vdupq_n_s64(0);
@@ -454,22 +507,27 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
         n01 = vmlal_n_s32(n01, vget_low_s32(x), beta[m]);
         n23 = vmlal_high_n_s32(n23, x, beta[m]);
       }
-      vst1q_s64(nums, n01);
-      vst1q_s64(nums + 2, n23);
-      two = 3;
+      vst1q_s64(num, n01);
+      vst1q_s64(num + 2, n23);
+      count = 4;
     } else
 #endif
-      for (m = 0; m < nr; ++m) {
-        nums[0] += (int64_t)beta[m] * sr[m * (dv + 1) + d];
-        nums[1] += (int64_t)beta[m] * sr[m * (dv + 1) + d + two]; /* the last value twice when dv is odd */
+    {
+      int64_t n0 = 0, n1 = 0;
+      const int32_t *col = sr + d;
+      for (m = 0; m < nr; ++m, col += dv + 1) {
+        n0 += (int64_t)beta[m] * col[0];
+        n1 += (int64_t)beta[m] * col[two];
       }
-    for (n = 0; n <= two; ++n) {
-      num = nums[n];
-      if (e <= 0) /* a left shift of a numerator beyond 2^40 saturates anyway */
-        num = num < -((int64_t)1 << 40) ? -((int64_t)1 << 40) : num > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : num;
-      nd = sat32(shift_round64(num, e));
-      out[d + n] = clamp8((int32_t)shift_round64((int64_t)nd * inv, shift) + p->zp_out);
+      num[0] = n0, num[1] = n1;
     }
+    for (n = 0; n < count; ++n) {
+      int64_t x = num[n];
+      if (e <= 0) /* a left shift of a numerator beyond 2^40 saturates anyway */
+        x = x < -((int64_t)1 << 40) ? -((int64_t)1 << 40) : x > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : x;
+      out[d + n] = clamp8(shift_round64_high((int64_t)sat32(shift_round64(x, e)) * inv, shift) + p->zp_out);
+    }
+    d += count - 2;
   }
 }
 
@@ -479,8 +537,9 @@ int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, cons
   const size_t words = EDGEOSC_LINEAR_STATE_WORDS(dh, dv, p->p);
   int hd, i, j;
   size_t n;
-  if (T <= 0 || dh <= 0 || dv <= 0 || p->heads <= 0 || p->p < 1 || p->p > 4 || p->rq_out.shift < -10 ||
-      p->rq_out.shift > 20 || p->c1 < 16 || p->c1 >= (1 << 20)) /* the int64 bounds' ranges */
+  if (T <= 0 || dh <= 0 || dh > EDGEOSC_LINEAR_MAX_D_HEAD || dv <= 0 || p->heads <= 0 || p->p < 1 ||
+      p->p > 4 || p->rq_out.shift < -10 || p->rq_out.shift > 20 || p->c1 < 16 ||
+      p->c1 >= (1 << 20)) /* the int64 bounds' ranges */
     return -1;
   for (hd = 0; hd < p->heads; ++hd) {
     const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh;
@@ -488,10 +547,17 @@ int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, cons
     int8_t *oh = out + (size_t)hd * T * dv;
     for (n = 0; n < words; ++n) state[n] = 0;
     for (i = j = 0; i < T; ++i) {
-      /* the keys the query reads: all of them, or those up to i when causal */
-      for (; j < T && (j <= i || !p->causal); ++j)
-        edgeosc_linear_update(p, state, kh + (size_t)j * dh, vh + (size_t)j * dv, rh + (size_t)j * 2,
-                              g ? g[(size_t)hd * T + j] - p->zp_g : 256, 1);
+      while (j < T && (j <= i || !p->causal)) { /* the keys query i reads: all, two a pass, or up to i if causal */
+        const int two = j + 1 < T && (j + 1 <= i || !p->causal);
+        EdgeoscLinearKey ka, kb;
+        ka.k = kh + (size_t)j * dh, ka.v = vh + (size_t)j * dv, ka.r = rh + (size_t)j * 2, ka.sign = 1;
+        ka.gate = g ? g[(size_t)hd * T + j] - p->zp_g : 256;
+        kb = ka;
+        if (two)
+          kb.k += dh, kb.v += dv, kb.r += 2, kb.gate = g ? g[(size_t)hd * T + j + 1] - p->zp_g : 256;
+        edgeosc_linear_update(p, state, &ka, two ? &kb : NULL);
+        j += 1 + two;
+      }
       edgeosc_linear_query(p, state, qh + (size_t)i * dh, oh + (size_t)i * dv);
     }
   }

@@ -149,17 +149,27 @@ typedef struct {
 #define EDGEOSC_LINEAR_STATE_WORDS(d_head, d_value, p) \
   ((size_t)(2 * EDGEOSC_LINEAR_COUPLING(d_head) + (2 * (p) + 1) * ((d_value) + 1)))
 
-/** Adds (sign 1) or removes (sign -1) one key of one head: k [d_head], v [d_value], r [2], gate = g - zp_g (256
- * without the key gate). */
-void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const int8_t *k, const int8_t *v,
-                           const int8_t *r, int32_t gate, int sign);
+/* d_head's bound (the update's and query's arrays on the stack) */
+#define EDGEOSC_LINEAR_MAX_D_HEAD 32
+
+/** One key of one head: k [d_head], v [d_value], r [2], gate = g - zp_g (256 without the key gate), sign 1 to add
+ * it to the state, -1 to remove it. */
+typedef struct {
+  const int8_t *k, *v, *r;
+  int32_t gate, sign;
+} EdgeoscLinearKey;
+
+/** Adds or removes keys a and b (b may be NULL) in one pass over the state: two keys of a clip, or a sliding
+ * window's step (the new key added, the expired one removed). */
+void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                           const EdgeoscLinearKey *b);
 
 /** One query of one head against the state: out [d_value]. */
 void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out);
 
 /** The whole core over [H, T, *] tensors (r [H, T, 2], g [H, T] or NULL); state: EDGEOSC_LINEAR_STATE_WORDS
  * int32. Returns 0, or -1 on invalid parameters (p outside 1..4, rq_out's shift outside -10..20, c1 outside
- * [16, 2^20)). */
+ * [16, 2^20), d_head above EDGEOSC_LINEAR_MAX_D_HEAD). */
 int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
                              const int8_t *r, const int8_t *g, int8_t *out, int32_t *state);
 

@@ -82,18 +82,26 @@ static void dot_2x2(const int32_t *x, const int8_t *w, int32_t w_step, int32_t d
   acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
 }
 
-/* acc[0], acc[1] += (row a of x) . (weight rows at w and w + w_step): dot_2x2 for a single row (a stream's
- * frame, a last odd row), which reads only row a's pairs of widen_rows' layout. */
-static void dot_1x2(const int32_t *x, const int8_t *w, int32_t w_step, int32_t depth, int32_t acc[2]) {
-  int32_t a0 = acc[0], a1 = acc[1];
+/* acc[u] += (row a of x) . (weight row u at w + u w_step), u < 4: dot_2x2 for a single row (a stream's frame, a
+ * last odd row), four weight rows sharing each load of the row; it reads only row a's pairs of widen_rows' layout. */
+static void dot_1x4(const int32_t *x, const int8_t *w, int32_t w_step, int32_t depth, int32_t acc[4]) {
+  int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+  const int8_t *w2 = w + 2 * w_step; /* two pointers and one offset: units 0, 1 at w, units 2, 3 at w2 */
   int32_t n;
-  for (n = depth >> 2; n > 0; --n, w += 4, x += 4) {
-    const int32_t xa0 = x[0], xa1 = x[1], u = edgeosc_read4(w), v = edgeosc_read4(w + w_step);
+  for (n = depth >> 2; n > 0; --n, w += 4, w2 += 4, x += 4) {
+    const int32_t xa0 = x[0], xa1 = x[1];
+    int32_t u = edgeosc_read4(w);
     a0 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a0));
-    a1 = __smlad(xa1, edgeosc_sxtb16_ror8(v), __smlad(xa0, __sxtb16(v), a1));
+    u = edgeosc_read4(w + w_step);
+    a1 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a1));
+    u = edgeosc_read4(w2);
+    a2 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a2));
+    u = edgeosc_read4(w2 + w_step);
+    a3 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a3));
   }
-  for (depth &= 3; depth > 0; --depth, ++w, x += 2) a0 += x[0] * w[0], a1 += x[0] * w[w_step];
-  acc[0] = a0, acc[1] = a1;
+  for (depth &= 3; depth > 0; --depth, ++w, ++w2, x += 2)
+    a0 += x[0] * w[0], a1 += x[0] * w[w_step], a2 += x[0] * w2[0], a3 += x[0] * w2[w_step];
+  acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
 }
 
 /* A channel's requantization with its constants split once: edgeosc_mbqm, then zp and the clamp. Multipliers
@@ -116,19 +124,26 @@ static inline int8_t channel_out_fast(const ChannelOut *c, int32_t acc) {
   return (int8_t)clamp(y, c->lo, c->hi);
 }
 
-/* Each channel's edgeosc_dsp_requant constants, once per layer, two words a channel in k: 2M, and
- * left | right << 8. 0 if some channel's constants need the portable requantization (none is written then). */
-static int prepare_requant(const EdgeoscChannelRequant *rq, int32_t units, int32_t *k) {
+/* Each channel's edgeosc_dsp_requant constants (EdgeoscChannelRequant.dsp's layout) written to k, once per layer
+ * when code generation did not: k, or NULL if some channel's constants need the portable requantization. */
+static const int32_t *prepare_requant(const EdgeoscChannelRequant *rq, int32_t units, int32_t *k) {
   EdgeoscDspRequant q;
   int32_t c;
-  for (c = 0; c < (rq->per_channel ? units : 1); ++c, k += 2) {
+  for (c = 0; c < (rq->per_channel ? units : 1); ++c) {
     if (!edgeosc_dsp_requant_init(&q, rq->multiplier[c], rq->shift[c])) return 0;
-    k[0] = q.m2, k[1] = q.left | q.right << 8;
+    k[2 * c] = q.m2, k[2 * c + 1] = q.left | q.right << 8;
   }
-  return 1;
+  return k;
 }
 
-/* edgeosc_dsp_requant of two accumulators with one channel's prepared constants, then zp and the clamp. */
+/* edgeosc_dsp_requant of an accumulator with one channel's prepared constants, then zp and the clamp. */
+static inline int8_t requant_one(const int32_t *k, int32_t acc, int32_t zp_out, int32_t lo, int32_t hi) {
+  EdgeoscDspRequant q;
+  q.m2 = k[0], q.left = k[1] & 255, q.right = k[1] >> 8, q.half = (1 << q.right) >> 1;
+  return (int8_t)clamp(edgeosc_dsp_requant(&q, acc) + zp_out, lo, hi);
+}
+
+/* requant_one of two accumulators of one channel, its constants unpacked once */
 static inline void requant_pair(const int32_t *k, int32_t acc_a, int32_t acc_b, int32_t zp_out, int32_t lo,
                                 int32_t hi, int8_t *out_a, int8_t *out_b) {
   EdgeoscDspRequant q;
@@ -144,26 +159,39 @@ static void rows_times_weights(const int32_t *x, const int8_t *weights, const in
                                int32_t units, const EdgeoscChannelRequant *rq, const int32_t *k, int32_t zp_out,
                                int32_t lo, int32_t hi, int8_t *r0, int8_t *r1) {
   const int32_t k_step = rq->per_channel ? 2 : 0;
-  ChannelOut cu, cv;
-  int32_t u;
+  ChannelOut cu;
+  int32_t u, i, n;
+  if (r1 == r0) { /* one row: four units at a time (w_step 0 for each of the last units % 4: unit u four times) */
+    for (u = 0; u < units; u += n) {
+      int32_t acc[4];
+      n = units - u < 4 ? 1 : 4;
+      for (i = 0; i < 4; ++i) acc[i] = bias ? bias[u + (n == 4 ? i : 0)] : 0;
+      dot_1x4(x, weights + u * depth, n == 4 ? depth : 0, depth, acc);
+      for (i = 0; i < n; ++i) {
+        if (k) {
+          r0[u + i] = requant_one(k + k_step * (u + i), acc[i], zp_out, lo, hi);
+          continue;
+        }
+        channel_out_init(&cu, rq, u + i, zp_out, lo, hi);
+        r0[u + i] = channel_out_fast(&cu, acc[i]);
+      }
+    }
+    return;
+  }
   for (u = 0; u < units; u += 2) {
     const int32_t pair = u + 1 < units, v = pair ? u + 1 : u;
+    ChannelOut cv;
     int32_t acc[4];
     acc[0] = acc[2] = bias ? bias[u] : 0;
     acc[1] = acc[3] = bias ? bias[v] : 0;
-    if (r1 == r0)
-      dot_1x2(x, weights + u * depth, pair ? depth : 0, depth, acc), acc[2] = acc[0], acc[3] = acc[1];
-    else
-      dot_2x2(x, weights + u * depth, pair ? depth : 0, depth, acc);
+    dot_2x2(x, weights + u * depth, pair ? depth : 0, depth, acc);
     if (k) {
       requant_pair(k + k_step * u, acc[0], acc[2], zp_out, lo, hi, r0 + u, r1 + u);
       if (pair) requant_pair(k + k_step * v, acc[1], acc[3], zp_out, lo, hi, r0 + v, r1 + v);
       continue;
     }
-    if (u == 0 || rq->per_channel) {
-      channel_out_init(&cu, rq, u, zp_out, lo, hi);
-      channel_out_init(&cv, rq, v, zp_out, lo, hi);
-    }
+    channel_out_init(&cu, rq, u, zp_out, lo, hi);
+    channel_out_init(&cv, rq, v, zp_out, lo, hi);
     r0[u] = channel_out_fast(&cu, acc[0]);
     r1[u] = channel_out_fast(&cu, acc[2]);
     if (pair) r0[v] = channel_out_fast(&cv, acc[1]), r1[v] = channel_out_fast(&cv, acc[3]);
@@ -173,14 +201,13 @@ static void rows_times_weights(const int32_t *x, const int8_t *weights, const in
 /* scratch: the two widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
 static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t D = p->depth, U = p->units;
-  int32_t *const k = wide + EDGEOSC_WIDE_WORDS(D);
-  const int fast = prepare_requant(&p->rq, U, k);
+  const int32_t *const k = p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, U, wide + EDGEOSC_WIDE_WORDS(D));
   int32_t r;
   for (r = 0; r < p->rows; r += 2) {
     const int32_t two = r + 1 < p->rows;
     widen_rows(in + r * D, in + (r + two) * D, D, p->zp_in, wide);
-    rows_times_weights(wide, p->weights, p->bias, D, U, &p->rq, fast ? k : 0, p->zp_out, p->act_min, p->act_max,
-                       out + r * U, out + (r + two) * U);
+    rows_times_weights(wide, p->weights, p->bias, D, U, &p->rq, k, p->zp_out, p->act_min, p->act_max, out + r * U,
+                       out + (r + two) * U);
   }
 }
 
@@ -188,15 +215,15 @@ static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
 static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c, pixels = p->out_h * p->out_w;
   int8_t *const patch = (int8_t *)(wide + EDGEOSC_WIDE_WORDS(K));
-  int32_t *const k = wide + EDGEOSC_WIDE_WORDS(K) + (K + 1) / 2;
-  const int fast = prepare_requant(&p->rq, C, k);
+  const int32_t *const k =
+      p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, C, wide + EDGEOSC_WIDE_WORDS(K) + (K + 1) / 2);
   int32_t o;
   for (o = 0; o < pixels; o += 2) {
     const int32_t two = o + 1 < pixels;
     conv_patch(p, in, o, patch);
     conv_patch(p, in, o + two, patch + K);
     widen_rows(patch, patch + K, K, p->zp_in, wide);
-    rows_times_weights(wide, p->weights, p->bias, K, C, &p->rq, fast ? k : 0, p->zp_out, p->act_min, p->act_max,
+    rows_times_weights(wide, p->weights, p->bias, K, C, &p->rq, k, p->zp_out, p->act_min, p->act_max,
                        out + o * C, out + (o + two) * C);
   }
 }

@@ -35,6 +35,11 @@ static inline void edgeosc_widen4(int32_t word, int32_t zp2, int32_t *even, int3
 
 static inline int32_t edgeosc_pair(int32_t v) { return (int32_t)(((uint32_t)v & 0xFFFFu) * 0x10001u); }
 
+/* (lo, hi) as an int16 pair, lo in the bottom half (both fit int16) */
+static inline int32_t edgeosc_pack16(int32_t lo, int32_t hi) {
+  return (int32_t)(((uint32_t)lo & 0xFFFFu) | ((uint32_t)hi << 16));
+}
+
 /* round(a * b / 2^32), ties up: SMMULR (no ACLE intrinsic). */
 static inline int32_t edgeosc_smmulr(int32_t a, int32_t b) {
   int32_t r;

@@ -179,14 +179,31 @@ def act_range(out: Tensor, act: int) -> tuple[int, int]:
     return max(-128, q(lo)) if lo is not None else -128, min(127, q(hi)) if hi is not None else 127
 
 
-def channel_rq(x: Tensor, w: Tensor, out: Tensor, label: str, conv: bool = False) -> Struct:
-    """Multipliers of CONV_2D (always the per-channel formula) / FULLY_CONNECTED (per-tensor: float product)."""
+def dsp_requant(multipliers, shifts) -> np.ndarray | None:
+    """EdgeoscChannelRequant.dsp: per entry 2 multiplier (as int32) and right shift << 8, what edgeosc_dsp_requant_init
+    (edgeosc_simd.h) prepares, or None where some entry is outside its exact range (multiplier < 2^30, or a shift
+    outside -23..-1)."""
+    m, s = np.asarray(multipliers, np.int64), np.asarray(shifts, np.int64)
+    if np.any(m < 1 << 30) or np.any(s > -1) or np.any(s < -23):
+        return None
+    return np.stack([(2 * m).astype(np.uint32).view(np.int32), (-s << 8).astype(np.int32)], 1).ravel()
+
+
+def channel_rq(x: Tensor, w: Tensor, out: Tensor, label: str, conv: bool = False, dsp: bool = True) -> Struct:
+    """Multipliers of CONV_2D (always the per-channel formula) / FULLY_CONNECTED (per-tensor: float product); with
+    dsp (FULLY_CONNECTED, CONV_2D), the DSP path's constants too where they are exact."""
     reals = [double_rq(x.s, float(s), out.s) for s in w.scale] if conv or len(w.scale) > 1 \
         else [product_rq(x.s, w.s, out.s)]
+    mult, shift = (np.array([r[k] for r in reals], np.int32) for k in ("multiplier", "shift"))
+    fast = dsp_requant(mult, shift) if dsp else None
     return Struct("EdgeoscChannelRequant", dict(
-        multiplier=Array(np.array([r["multiplier"] for r in reals], np.int32), f"{label}_mult"),
-        shift=Array(np.array([r["shift"] for r in reals], np.int32), f"{label}_shift"),
-        per_channel=int(len(reals) > 1)))
+        multiplier=Array(mult, f"{label}_mult"), shift=Array(shift, f"{label}_shift"), per_channel=int(len(reals) > 1),
+        dsp=None if fast is None else Array(fast, f"{label}_dsp")))
+
+
+def fast_scratch_words(depth: int, units: int, rq: Struct) -> int:
+    """EDGEOSC_FC_SCRATCH_WORDS less the constants' 2 words per channel where code generation wrote them."""
+    return depth + 6 + (0 if rq.fields["dsp"] is not None else 2 * units)
 
 
 def broadcast(a: tuple, b: tuple, out: tuple) -> dict:
@@ -506,8 +523,8 @@ class Lowering:
                     stride_h=o.strideH, stride_w=o.strideW, pad_top=pads[0], pad_left=pads[1],
                     **(dict(dil_h=dil[0], dil_w=dil[1]) if dilation else {}))
 
-    def conv_params(self, op: Op, k_h: int, k_w: int) -> tuple[Tensor, Tensor, Struct]:
-        """EdgeoscConvParams of CONV_2D / DEPTHWISE_CONV_2D (constant symmetric weights)."""
+    def conv_params(self, op: Op, k_h: int, k_w: int, dsp: bool) -> tuple[Tensor, Tensor, Struct]:
+        """EdgeoscConvParams of CONV_2D / DEPTHWISE_CONV_2D (constant symmetric weights); dsp: channel_rq's."""
         x, w, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
         bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
         if w.data is None or np.any(w.zp) or len(w.shape) != 4:
@@ -516,23 +533,23 @@ class Lowering:
         p = Struct("EdgeoscConvParams", dict(
             **self.window(op, x, out, k_h, k_w), in_c=x.shape[3], out_c=out.shape[3], zp_in=x.z, zp_out=out.z,
             act_min=lo, act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
-            rq=channel_rq(x, w, out, out.name, conv=True)))
+            rq=channel_rq(x, w, out, out.name, conv=True, dsp=dsp)))
         return x, out, p
 
     def op_conv_2d(self, op: Op):
         w = self.t(op.inputs[1])
-        x, out, p = self.conv_params(op, *w.shape[1:3])
+        x, out, p = self.conv_params(op, *w.shape[1:3], dsp=True)
         if w.shape[0] != out.shape[3] or w.shape[3] != x.shape[3]:
             raise UnsupportedGraph(f"{out.name}: CONV_2D weights {w.shape} do not map {x.shape} to {out.shape}")
         K = w.shape[1] * w.shape[2] * w.shape[3]  # EDGEOSC_CONV_SCRATCH_WORDS: the fast paths' scratch
         return self.emit("edgeosc_conv2d_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
-                         scratch=4 * (K + 6 + 2 * w.shape[0] + (K + 1) // 2))
+                         scratch=4 * (fast_scratch_words(K, w.shape[0], p.fields["rq"]) + (K + 1) // 2))
 
     def op_depthwise_conv_2d(self, op: Op):
         w, out = self.t(op.inputs[1]), self.t(op.outputs[0])
         if len(w.shape) != 4 or w.shape[0] != 1:
             raise UnsupportedGraph(f"{out.name}: DEPTHWISE_CONV_2D weights must be [1, kh, kw, out_c], got {w.shape}")
-        x, out, p = self.conv_params(op, *w.shape[1:3])
+        x, out, p = self.conv_params(op, *w.shape[1:3], dsp=False)
         c_in, c_out = x.shape[3], out.shape[3]
         if w.shape[3] != c_out or c_out % c_in or op.options.depthMultiplier not in (0, c_out // c_in):
             raise UnsupportedGraph(f"{out.name}: DEPTHWISE_CONV_2D maps {c_in} channels to {c_out} with weights "
@@ -566,7 +583,7 @@ class Lowering:
             act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
             rq=channel_rq(x, w, out, out.name)))
         return self.emit("edgeosc_fc_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
-                         scratch=4 * (w.shape[1] + 6 + 2 * w.shape[0]))  # EDGEOSC_FC_SCRATCH_WORDS
+                         scratch=4 * fast_scratch_words(w.shape[1], w.shape[0], p.fields["rq"]))
 
     def binary(self, op: Op):
         a, b, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
