@@ -124,58 +124,70 @@ static inline int8_t channel_out_fast(const ChannelOut *c, int32_t acc) {
   return (int8_t)clamp(y, c->lo, c->hi);
 }
 
-/* Each channel's edgeosc_dsp_requant constants (EdgeoscChannelRequant.dsp's layout) written to k, once per layer
- * when code generation did not: k, or NULL if some channel's constants need the portable requantization. */
+/* Each channel's edgeosc_dsp_requant constants (EdgeoscChannelRequant.dsp's layout: 2M, right) written to k, once
+ * per layer when code generation did not: k, or NULL if some channel's constants need the portable
+ * requantization. Those it accepts have no left shift. */
 static const int32_t *prepare_requant(const EdgeoscChannelRequant *rq, int32_t units, int32_t *k) {
   EdgeoscDspRequant q;
   int32_t c;
   for (c = 0; c < (rq->per_channel ? units : 1); ++c) {
     if (!edgeosc_dsp_requant_init(&q, rq->multiplier[c], rq->shift[c])) return 0;
-    k[2 * c] = q.m2, k[2 * c + 1] = q.left | q.right << 8;
+    k[2 * c] = q.m2, k[2 * c + 1] = q.right;
   }
   return k;
 }
 
-/* edgeosc_dsp_requant of an accumulator with one channel's prepared constants, then zp and the clamp. */
+/* edgeosc_dsp_requant of an accumulator with one channel's constants k (2M, right; no left shift), then zp and
+ * the clamp. */
 static inline int8_t requant_one(const int32_t *k, int32_t acc, int32_t zp_out, int32_t lo, int32_t hi) {
-  EdgeoscDspRequant q;
-  q.m2 = k[0], q.left = k[1] & 255, q.right = k[1] >> 8, q.half = (1 << q.right) >> 1;
-  return (int8_t)clamp(edgeosc_dsp_requant(&q, acc) + zp_out, lo, hi);
+  const int32_t x = edgeosc_smmulr(acc, k[0]) + acc;
+  return (int8_t)clamp(((__qadd(x, (1 << k[1]) >> 1) + (x >> 31)) >> k[1]) + zp_out, lo, hi);
 }
 
-/* requant_one of two accumulators of one channel, its constants unpacked once */
+/* requant_one of two accumulators of one channel, its constants loaded once */
 static inline void requant_pair(const int32_t *k, int32_t acc_a, int32_t acc_b, int32_t zp_out, int32_t lo,
                                 int32_t hi, int8_t *out_a, int8_t *out_b) {
-  EdgeoscDspRequant q;
-  q.m2 = k[0], q.left = k[1] & 255, q.right = k[1] >> 8, q.half = (1 << q.right) >> 1;
-  *out_a = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_a) + zp_out, lo, hi);
-  *out_b = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_b) + zp_out, lo, hi);
+  const int32_t m2 = k[0], right = k[1], half = (1 << right) >> 1;
+  const int32_t xa = edgeosc_smmulr(acc_a, m2) + acc_a, xb = edgeosc_smmulr(acc_b, m2) + acc_b;
+  *out_a = (int8_t)clamp(((__qadd(xa, half) + (xa >> 31)) >> right) + zp_out, lo, hi);
+  *out_b = (int8_t)clamp(((__qadd(xb, half) + (xb >> 31)) >> right) + zp_out, lo, hi);
+}
+
+/* out[u] = requant(bias[u] + (x - zp) . w_u) for one widened row (a stream's frame, a last odd row): four units
+ * at a time, then the units % 4 left one by one (dot_1x4 with w_step 0 sums one unit four times). */
+static void row_times_weights(const int32_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
+                              int32_t units, const EdgeoscChannelRequant *rq, const int32_t *k, int32_t zp_out,
+                              int32_t lo, int32_t hi, int8_t *out) {
+  const int32_t k_step = rq->per_channel ? 2 : 0, blocks = units & ~3;
+  ChannelOut c;
+  int32_t u, i;
+  for (u = 0; u < units; u += u < blocks ? 4 : 1) {
+    const int32_t n = u < blocks ? 4 : 1;
+    int32_t acc[4] = {0, 0, 0, 0};
+    dot_1x4(x, weights + u * depth, n == 4 ? depth : 0, depth, acc);
+    for (i = 0; i < n; ++i) {
+      const int32_t sum = acc[i] + (bias ? bias[u + i] : 0);
+      if (k) {
+        out[u + i] = requant_one(k + k_step * (u + i), sum, zp_out, lo, hi);
+      } else {
+        channel_out_init(&c, rq, u + i, zp_out, lo, hi);
+        out[u + i] = channel_out_fast(&c, sum);
+      }
+    }
+  }
 }
 
 /* out[r, u] = requant(bias[u] + (x_r - zp) . w_u) for the two widened rows in x (one row, r1 == r0, for a
- * last odd row): FULLY_CONNECTED / CONV_2D output rows r0 and r1. k: prepare_requant's constants, or NULL for the
- * portable requantization. */
+ * last odd row or a stream's frame): FULLY_CONNECTED / CONV_2D output rows r0 and r1. k: prepare_requant's
+ * constants, or NULL for the portable requantization. */
 static void rows_times_weights(const int32_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
                                int32_t units, const EdgeoscChannelRequant *rq, const int32_t *k, int32_t zp_out,
                                int32_t lo, int32_t hi, int8_t *r0, int8_t *r1) {
   const int32_t k_step = rq->per_channel ? 2 : 0;
   ChannelOut cu;
-  int32_t u, i, n;
-  if (r1 == r0) { /* one row: four units at a time (w_step 0 for each of the last units % 4: unit u four times) */
-    for (u = 0; u < units; u += n) {
-      int32_t acc[4];
-      n = units - u < 4 ? 1 : 4;
-      for (i = 0; i < 4; ++i) acc[i] = bias ? bias[u + (n == 4 ? i : 0)] : 0;
-      dot_1x4(x, weights + u * depth, n == 4 ? depth : 0, depth, acc);
-      for (i = 0; i < n; ++i) {
-        if (k) {
-          r0[u + i] = requant_one(k + k_step * (u + i), acc[i], zp_out, lo, hi);
-          continue;
-        }
-        channel_out_init(&cu, rq, u + i, zp_out, lo, hi);
-        r0[u + i] = channel_out_fast(&cu, acc[i]);
-      }
-    }
+  int32_t u;
+  if (r1 == r0) {
+    row_times_weights(x, weights, bias, depth, units, rq, k, zp_out, lo, hi, r0);
     return;
   }
   for (u = 0; u < units; u += 2) {

@@ -17,9 +17,9 @@ extern "C" {
 #endif
 
 /* Per-channel requantization: entry c of multiplier/shift, or entry 0 for all when per_channel == 0. dsp: the
- * DSP path's constants of every entry, two words each (2 multiplier as int32, right shift << 8), written by code
- * generation where edgeosc_dsp_requant is exact for all of them (multiplier >= 2^30, shift in -23..-1); NULL: the
- * DSP path prepares them in scratch on each call, or requantizes portably. */
+ * DSP path's constants of every entry, two words each (2 multiplier as int32, -shift), written by code generation
+ * where edgeosc_dsp_requant is exact for all of them (multiplier >= 2^30, shift in -23..-1); NULL: the DSP path
+ * prepares them in scratch on each call, or requantizes portably. */
 typedef struct {
   const int32_t *multiplier, *shift;
   int32_t per_channel;

@@ -180,13 +180,13 @@ def act_range(out: Tensor, act: int) -> tuple[int, int]:
 
 
 def dsp_requant(multipliers, shifts) -> np.ndarray | None:
-    """EdgeoscChannelRequant.dsp: per entry 2 multiplier (as int32) and right shift << 8, what edgeosc_dsp_requant_init
+    """EdgeoscChannelRequant.dsp: per entry 2 multiplier (as int32) and -shift, what edgeosc_dsp_requant_init
     (edgeosc_simd.h) prepares, or None where some entry is outside its exact range (multiplier < 2^30, or a shift
     outside -23..-1)."""
     m, s = np.asarray(multipliers, np.int64), np.asarray(shifts, np.int64)
     if np.any(m < 1 << 30) or np.any(s > -1) or np.any(s < -23):
         return None
-    return np.stack([(2 * m).astype(np.uint32).view(np.int32), (-s << 8).astype(np.int32)], 1).ravel()
+    return np.stack([(2 * m).astype(np.uint32).view(np.int32), (-s).astype(np.int32)], 1).ravel()
 
 
 def channel_rq(x: Tensor, w: Tensor, out: Tensor, label: str, conv: bool = False, dsp: bool = True) -> Struct:
