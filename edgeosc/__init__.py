@@ -14,7 +14,8 @@ The package reads as the pipeline, each layer importing only from the layers abo
     train                   the training loop (float and QAT)
     export                  onnx/, tflite/, c/: one package per target, parity
     bench, report           latency, cycle and energy estimates; the report
-    stages, sweep, stream,  the pipeline's stages, sweeps, always-on listening, the Raspberry Pi bundle and
-    deploy, pi_check        its check on an emulated arm64 userland
+    stages, sweep, stream,  the pipeline's stages, sweeps, always-on listening and its evaluation over a long
+    stream_eval, deploy,    recording, the Raspberry Pi bundle and its check on an emulated arm64 userland
+    pi_check
     pipeline, cli           the staged pipeline and the command line
 """

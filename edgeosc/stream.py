@@ -154,6 +154,7 @@ class Detection:
     keyword: str
     time_s: float  # window end, less the smoothing delay (k - 1) / 2 hops
     score: float  # smoothed posterior
+    emitted_s: float = 0.0  # the stream's time when it was decided (the end of the hop that completed it)
 
 
 def _summary(ms: list[float]) -> dict | None:
@@ -254,7 +255,8 @@ class Listener:
         if smoothed[k] < self.threshold or t - self._last < self.refractory_s:
             return None
         self._last = t
-        self.detections.append(Detection(self.model.classes[k], t, float(smoothed[k])))
+        self.detections.append(Detection(self.model.classes[k], t, float(smoothed[k]),
+                                         self.samples / self.cfg.sample_rate))
         return self.detections[-1]
 
     def flush(self) -> list[Detection]:

@@ -21,7 +21,8 @@ def assert_one_line_error(res, *needles):
 
 COMMANDS = ([], ["data"], ["data", "synth"], ["data", "info"], ["train"], ["eval"], ["export"], ["bench"],
             ["bench", "models"], ["bench", "pair"], ["bench", "attention"], ["report"], ["report", "write"],
-            ["report", "seeds"], ["deploy"], ["listen"], ["pipeline"], ["sweep"], ["lab"], ["lab", "dynamics"])
+            ["report", "seeds"], ["deploy"], ["listen"], ["stream-eval"], ["pipeline"], ["sweep"], ["lab"],
+            ["lab", "dynamics"])
 
 
 def test_help_explains_every_command():
@@ -30,8 +31,8 @@ def test_help_explains_every_command():
         assert res.exit_code == 0 and "Usage:" in res.output and len(res.output.splitlines()) > 3, cmd
     top = invoke("--help").output
     listed = [line.split()[0] for line in top.split("Commands:")[1].splitlines() if line.strip()]
-    assert listed == ["data", "train", "eval", "export", "bench", "report", "deploy", "listen", "pipeline", "sweep",
-                      "lab"]  # the pipeline's order
+    assert listed == ["data", "train", "eval", "export", "bench", "report", "deploy", "listen", "stream-eval",
+                      "pipeline", "sweep", "lab"]  # the pipeline's order
     for cmd in COMMANDS:  # every one-line help fits its listing
         res = invoke(*cmd, "--help").output
         assert "Commands:" not in res or "..." not in res.split("Commands:")[1], cmd

@@ -237,7 +237,7 @@ def train(settings, out, resume, qat, from_ckpt, cache_dir, quiet):
 @CACHE_DIR
 @friendly_errors
 def eval_cmd(checkpoint, settings, cache_dir, split, device, interpreter, as_json):
-    """Accuracy of a checkpoint or an exported .tflite on a data split.
+    """Accuracy of a checkpoint or exported .tflite on a data split.
 
     CHECKPOINT is a .pt, or an exported .tflite beside its manifest.json. It is evaluated on a split of its own
     dataset; data settings given here change it, another --dataset replaces it.
@@ -534,6 +534,58 @@ def listen(model, wav, mic, hop_ms, threshold, smooth, window):
         import torch
         torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
     listen_command(model, wav, hop_ms, threshold, smooth, mic, echo=click.echo, window=window)
+
+
+@main.command("stream-eval")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@config_options(("data",), DATA_FLAGS, printable=False)
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--hop-ms", type=float, default=20.0, show_default=True, help="Decision step; a multiple of 20 ms.")
+@click.option("--threshold", type=float, default=0.7, show_default=True, help="Smoothed posterior to detect.")
+@click.option("--smooth", type=int, default=3, show_default=True, help="Posteriors averaged over this many hops.")
+@click.option("--refractory-s", type=float, default=None,
+              help="No detection for this long after one (default: the window, 1 s).")
+@click.option("--max-clips", type=click.IntRange(min=1), default=None,
+              help="A random subset of the split's clips (default all: about 25 min of audio for the synthetic test).")
+@click.option("--seed", type=int, default=0, show_default=True, help="The clips' order and the gaps between them.")
+@click.option("--window", type=click.IntRange(min=1), default=None,
+              help="A streaming checkpoint: frames its attention reads (default and at most the trained window).")
+@click.option("--wav-out", type=click.Path(dir_okay=False), default=None,
+              help="Also write the recording (16-bit WAV) and its keyword events (the same name, .json).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@CACHE_DIR
+@friendly_errors
+def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed, window, wav_out,
+                as_json, cache_dir):
+    """Always-on accuracy: a split's clips as one long recording.
+
+    MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json (its data set is the one of the
+    checkpoint the manifest names). The split's clips, keywords and others alike, follow each other in a random
+    order with short gaps of quiet noise; `edgeosc listen`'s listener runs over them. A detection naming the keyword
+    of a clip between the clip's start and 1 s after its speech ends is a hit; every other detection is a false
+    alarm. Prints recall, false alarms per hour and the latency after each keyword's end.
+    """
+    from ..checkpoint import load_checkpoint
+    from ..data import load_dataset
+    from ..stream import load_model
+    from ..stream_eval import evaluate_stream, format_result
+    from tqdm.auto import tqdm
+    net = load_model(model, window=window)  # a .tflite without its manifest is refused here
+    source = Path(model)
+    if source.suffix == ".tflite":
+        source = Path(json.loads((source.parent / "manifest.json").read_text())["source"]["path"])
+    else:
+        import torch
+        torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
+    data = load_dataset(settings.load(base={"data": load_checkpoint(source).data_cfg}).data, cache_dir)
+    with tqdm(total=0, unit="s", desc="streaming", leave=False, disable=as_json) as bar:
+        def progress(done, total):
+            bar.total = round(total / net.feature_cfg.sample_rate)
+            bar.n = round(done / net.feature_cfg.sample_rate)
+            bar.refresh()
+        res = evaluate_stream(net, data, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed,
+                              wav_out=wav_out, progress=progress)
+    click.echo(json.dumps(res) if as_json else format_result(res))
 
 
 # --------------------------------------------------------------------------- pipeline, sweep

@@ -13,6 +13,7 @@ from scipy.io import wavfile
 from scipy.signal import resample_poly
 from tqdm import tqdm
 
+from ..io import atomic_path
 from .clipset import ClipSet, DataError
 
 log = logging.getLogger("edgeosc.data")
@@ -86,6 +87,12 @@ def read_wav(path) -> tuple[np.ndarray, int]:
     if not np.isfinite(x).all():
         raise AudioError(path, "non-finite samples (NaN or inf)")
     return x, int(sr)
+
+
+def write_wav(path, x: np.ndarray, rate: int) -> None:
+    """float samples in [-1, 1] as a 16-bit mono WAV, written atomically."""
+    with atomic_path(path) as tmp:
+        wavfile.write(tmp, rate, (np.clip(x, -1, 1) * 32767).round().astype(np.int16))
 
 
 def resample(x: np.ndarray, sr: int, rate: int) -> np.ndarray:

@@ -1,0 +1,121 @@
+"""Always-on evaluation: one long recording made from a split's clips, streamed through the Listener hop by hop,
+its detections scored against where each keyword was said.
+
+The recording: the split's clips in a random order (keywords, _unknown_ words and _silence_ alike), each after a
+gap of quiet noise. A keyword event ends where its clip's speech ends: the clip's last frame whose loudest log-mel
+is within frontend.ACTIVE_DB of the clip's loudest. A detection is a hit when it names the event's keyword and is
+decided between the clip's start and `tolerance_s` after the speech end (the window is 1 s: a word is visible for
+about that long), each event matched once; every other detection is a false alarm. Latency is the time from the
+speech end to the hop that decided the detection (Detection.emitted_s), the smoothing delay included.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .config import SILENCE, UNKNOWN
+from .data.audio import write_wav
+from .data.clipset import ClipSet
+from .io import write_json
+from .stream import Detection, FrontEnd, Listener, Model, StreamError
+
+GAP_S = (0.2, 0.8)  # the quiet between two clips, uniform
+GAP_RMS = 1e-3  # its white noise (-60 dBFS): digital silence would floor the log-mels
+
+
+@dataclass(frozen=True)
+class Event:
+    keyword: str
+    start_s: float  # the clip's start in the recording
+    end_s: float  # its speech's end
+
+
+def speech_end_s(clip: np.ndarray, front: FrontEnd) -> float:
+    """Seconds from a clip's start to the end of its last active frame."""
+    cfg = front.cfg
+    level = front.frames(clip).max(1)
+    last = int(np.flatnonzero(level >= level.max() - front.active)[-1])
+    return (last * cfg.hop_length + cfg.frame_length) / cfg.sample_rate
+
+
+def long_recording(data: ClipSet, split: str, front: FrontEnd, max_clips: int | None = None,
+                   seed: int = 0) -> tuple[np.ndarray, list[Event]]:
+    """The split's clips (a random max_clips of them, if given) in a random order with gaps: float32 samples in
+    [-1, 1] at the clips' rate, and the keyword clips' events."""
+    rng = np.random.default_rng(seed)
+    idx = data.indices(split)
+    if not len(idx):
+        raise StreamError(f"the data set has no {split!r} clips")
+    idx = rng.permutation(idx)[:max_clips]
+    sr, parts, events, t = front.cfg.sample_rate, [], [], 0
+    for i in idx:
+        gap = (GAP_RMS * rng.standard_normal(int(rng.uniform(*GAP_S) * sr))).astype(np.float32)
+        clip = data.audio[i].astype(np.float32) / 32768
+        t += len(gap)
+        keyword = data.classes[data.labels[i]]
+        if keyword not in (SILENCE, UNKNOWN):
+            events.append(Event(keyword, t / sr, t / sr + speech_end_s(clip, front)))
+        parts += [gap, clip]
+        t += len(clip)
+    return np.concatenate(parts), events
+
+
+def score(detections: list[Detection], events: list[Event], duration_s: float, tolerance_s: float = 1.0) -> dict:
+    """Hits, misses, recall, false alarms (and per hour of audio) and latency after the speech end (ms: median,
+    p90, max) of detections against events."""
+    used, latencies = set(), []
+    for e in events:
+        for i, d in enumerate(detections):
+            if i not in used and d.keyword == e.keyword and e.start_s <= d.emitted_s <= e.end_s + tolerance_s:
+                used.add(i)
+                latencies.append(1e3 * (d.emitted_s - e.end_s))
+                break
+    false_alarms = len(detections) - len(used)
+    lat = np.asarray(latencies)
+    return dict(events=len(events), hits=len(used), misses=len(events) - len(used),
+                recall=len(used) / len(events) if events else None, false_alarms=false_alarms,
+                hours=duration_s / 3600, false_alarms_per_hour=false_alarms / (duration_s / 3600),
+                latency_ms=None if not len(lat) else dict(median=float(np.median(lat)),
+                                                           p90=float(np.percentile(lat, 90)), max=float(lat.max())))
+
+
+def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: float = 20.0, threshold: float = 0.7,
+                    smooth: int = 3, refractory_s: float | None = None, max_clips: int | None = None, seed: int = 0,
+                    tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None) -> dict:
+    """Stream the long recording of `split` through `model` (a Listener with these settings) and score it; the
+    recording and its events are written to wav_out (and wav_out with .json) when given. progress(done, total)
+    is called every second of audio."""
+    if tuple(data.classes) != tuple(model.classes):
+        raise StreamError(f"{model.name}: its classes {list(model.classes)} are not the data set's "
+                          f"{list(data.classes)}")
+    lis = Listener(model, hop_ms, threshold, smooth, refractory_s)
+    audio, events = long_recording(data, split, lis.front, max_clips, seed)
+    sr = lis.cfg.sample_rate
+    if wav_out is not None:
+        write_wav(wav_out, audio, sr)
+        write_json(Path(wav_out).with_suffix(".json"), dict(sample_rate=sr, events=[asdict(e) for e in events]))
+    step = lis.hop * max(1, sr // lis.hop)
+    for start in range(0, len(audio), step):
+        lis.push(audio[start:start + step])
+        if progress:
+            progress(min(start + step, len(audio)), len(audio))
+    lis.flush()
+    return dict(model=model.name, split=split, hop_ms=hop_ms, threshold=threshold, smooth=smooth,
+                refractory_s=lis.refractory_s, window=model.window, seed=seed, tolerance_s=tolerance_s,
+                **score(lis.detections, events, len(audio) / sr, tolerance_s), per_hop=lis.stats())
+
+
+def format_result(r: dict) -> str:
+    lat = r["latency_ms"]
+    how = f"streaming, window {r['window']}" if r["window"] else "the whole window each hop"
+    lines = [f"{r['model']} ({how}), {r['split']} split as one recording of {60 * r['hours']:.1f} min, "
+             f"hop {r['hop_ms']:g} ms, threshold {r['threshold']}, smooth {r['smooth']}:",
+             f"  keywords {r['events']}: hits {r['hits']}, misses {r['misses']}, recall "
+             f"{100 * r['recall']:.2f}%" if r["recall"] is not None else "  no keyword clips",
+             f"  false alarms {r['false_alarms']}: {r['false_alarms_per_hour']:.1f} per hour"]
+    if lat:
+        lines.append(f"  latency after the keyword's end: median {lat['median']:.0f} ms, p90 {lat['p90']:.0f} ms, "
+                     f"max {lat['max']:.0f} ms")
+    return "\n".join(lines)
