@@ -29,28 +29,13 @@ SHAPE = dict(d_model=16, heads=2, blocks=1, n_frames=16, n_coeffs=10)  # d_h 8, 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """Untrained, calibrated QAT nets of both kinds -> int8.tflite -> firmware folders; an input each."""
-    import torch
-
-    from edgeosc.config import ModelConfig, QuantConfig
-    from edgeosc.export.c import generate
-    from edgeosc.export.tflite import Graph
-    from edgeosc.models.kws import build_model
-    from edgeosc.quant import calibrate, quantize_model
+    from edgeosc.config import ModelConfig
     root = tmp_path_factory.mktemp("estimate")
     out = {"work": root / "work"}
     for kind in ("oscillator", "softmax"):
-        torch.manual_seed(0)
-        qat = quantize_model(build_model(ModelConfig(attention=kind, n_classes=3, dropout=0.0, **SHAPE)).eval(),
-                             QuantConfig())
-        calibrate(qat, [(torch.randn(16, SHAPE["n_frames"], SHAPE["n_coeffs"]), None)], 1)
-        qat.eval()
-        with torch.no_grad():
-            path = root / f"{kind}.tflite"
-            path.write_bytes(Graph(qat.net, qat).build())
-        name = f"tiny_{kind}"
-        generate(path, root / name, name=name, features=None)
+        fw, name = E.random_firmware(ModelConfig(attention=kind, n_classes=3, **SHAPE), SHAPE["n_frames"], root)
         x = np.random.default_rng(1).integers(-128, 128, (1, SHAPE["n_frames"], SHAPE["n_coeffs"])).astype(np.int8)
-        out[kind] = dict(dir=root / name, name=name, tflite=path, x=x)
+        out[kind] = dict(dir=fw, name=name, tflite=root / f"{name}.tflite", x=x)
     return out
 
 

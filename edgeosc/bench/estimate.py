@@ -642,17 +642,6 @@ def random_firmware(cfg, n_frames: int, out_dir: str | Path) -> tuple[Path, str]
     return out / name, name
 
 
-def _emulate_model(fw: Path, name: str, n_in: int, core: str, work: Path, scopes: Sequence[str]):
-    """One inference of a generated model on `core` with random int8 features, checked against the host build."""
-    x = np.random.default_rng(1).integers(-128, 128, n_in).astype(np.int8)
-    n_out = _io_bytes(fw, name)[1]
-    run = C.emulate(model_elf(fw, name, core, work), ENTRY, ["input", "output"],
-                    {"input": x, "output": np.zeros(n_out, np.int8)}, core=core, scopes=(f"{name}_run", *scopes))
-    if not np.array_equal(run.outputs["output"], host_logits(fw, name, x[None], work)[0]):
-        raise RuntimeError(f"{name} on {core}: the emulated logits differ from the host build's")
-    return run
-
-
 def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196), hop_ms: float = 20.0,
                   work_dir: str | Path | None = None, model=None) -> list[dict]:
     """Always-on cost ESTIMATES, per (kind, window W), of the oscillator network `model` (a ModelConfig with the linear
@@ -664,10 +653,10 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     block and head: the linear core adds the new key to its sums and subtracts the expired key in one
     edgeosc_linear_update, then queries them, whatever W, its state kept in the arena (no reset per hop;
     linear_hop_cycles); softmax's one query reads W cached keys, priced as 1 / W of its fused core over W frames
-    (every query row costs the same there). The 1-frame model is the whole-clip network's graph: against the streaming one it has
-    an absolute position ADD and a gate normalised over the keys (L2), where the stream has none and a sigmoid
-    table, and it lacks the anchors' turn per frame (four 2-vector rotations): at the default shapes these overstate
-    a hop by about 2.6% (oscillator) and 0.8% (softmax), a margin left in the estimate. recompute_cycles: the window
+    (every query row costs the same there). The 1-frame model is the whole-clip network's graph: against the
+    streaming one it has an absolute position ADD and a gate normalised over the keys (L2), where the stream has
+    none and a sigmoid table, and it lacks the anchors' turn per frame (four 2-vector rotations): at the default
+    shapes these overstate a hop by about 2.6% (oscillator) and 0.8% (softmax), a margin left in the estimate. recompute_cycles: the window
     model over W frames, which a non-streaming spotter runs on every hop. Each row also has their ratio, latency_ms
     and energy_uj per hop, and energy per second of audio (uj_per_s) at one hop per hop_ms, for both. Emulated
     logits are checked against the host build.
@@ -685,21 +674,23 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     hops = 1000.0 / hop_ms
     work = Path(work_dir) if work_dir else cache_dir()
     rows = []
+
+    def emulated(cfg, n_frames, tmp) -> tuple[float, dict]:  # a random input, logits checked against the host's
+        fw, name = random_firmware(cfg, n_frames, tmp)
+        x = np.random.default_rng(1).integers(-128, 128, _io_bytes(fw, name)[0]).astype(np.int8)
+        t = estimate_model(fw, name, x, (core,), work)["targets"][core]
+        return t["model"]["cycles"], t["attention"]
+
     with tempfile.TemporaryDirectory() as tmp:
         for kind in STREAM_KINDS:
-            core_fn = ATTENTION[3] if kind == "oscillator" else ATTENTION[1]
-            fw, name = random_firmware(configs[kind], 1, tmp)
-            one = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work, (core_fn,))
-            calls = one.scope_calls[core_fn]  # one per block
-            frame = C.cycles(one.scoped[f"{name}_run"], core) - C.cycles(one.scoped[core_fn], core)
+            one, one_core = emulated(configs[kind], 1, tmp)
+            calls, frame = one_core["calls"], one - one_core["cycles"]  # a core call per block
             if kind == "oscillator":  # per block, each head's window slid by a frame and queried
                 m = resolve(configs[kind])
                 hop = calls * linear_hop_cycles(core, m.heads, m.d_model // m.heads, m.p, work)
             for W in windows:
-                fw, name = random_firmware(configs[kind], W, tmp)
-                run = _emulate_model(fw, name, _io_bytes(fw, name)[0], core, work, (core_fn,))
-                recompute = C.cycles(run.scoped[f"{name}_run"], core)
-                attention = hop if kind == "oscillator" else C.cycles(run.scoped[core_fn], core) / W
+                recompute, window_core = emulated(configs[kind], W, tmp)
+                attention = hop if kind == "oscillator" else window_core["cycles"] / W
                 per_hop = frame + attention
                 rows.append(dict(
                     kind=kind, window=W, core=core, device=dev_key, blocks=calls, per_hop_cycles=per_hop,

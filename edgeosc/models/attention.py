@@ -204,43 +204,54 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
         raise ValueError(f"the linear form needs a polynomial positive map ({', '.join(POLYNOMIAL)}), not {positive!r}")
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
-    keep = None if key_mask is None else key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
+    factors = _key_factors(k, r, v, g, p)
+    if key_mask is not None:  # dropped keys add nothing
+        keep = key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
+        factors = [(a * keep, b) for a, b in factors]
+    if causal or window:  # the sums after each key (less those `window` keys back): what a stream carries
+        coupling, readout = (_running(a.unsqueeze(-1) * b.unsqueeze(-2), window) for a, b in factors)
+    else:  # every query reads every key: each sum one matmul
+        coupling, readout = (a.transpose(-1, -2) @ b for a, b in factors)
+    return linear_query(q, coupling, readout, p, eps, quant)
 
-    def over_keys(x: Tensor, per_key: Tensor, y: Tensor) -> Tensor:
-        """x_i^T sum_j per_key_j [y_j, 1]^T for every query i: [B,H,T,d+1] (the sums over j <= i when causal)."""
-        per_key, y1 = per_key if keep is None else per_key * keep, F.pad(y, (0, 1), value=1.0)
-        if not (causal or window):
-            return x @ (per_key.transpose(-1, -2) @ y1)  # the state [B,H,F,d+1]: one matmul
-        state = (per_key.unsqueeze(-1) * y1.unsqueeze(-2)).cumsum(2)  # [B,H,T,F,d+1], the state after each key
-        if 0 < window < state.shape[2]:
-            state = torch.cat([state[:, :, :window], state[:, :, window:] - state[:, :, :-window]], 2)
-        return (x.unsqueeze(-2) @ state).squeeze(-2)
 
-    hs = over_keys(coupling_features(q), coupling_features(k), r)
-    z = quant("z", unit(hs[..., :-1] / hs[..., -1:].clamp_min(torch.finfo(q.dtype).tiny), eps))  # [B,H,T,d_osc]
-    phi, psi = readout_features(z, r, p)
-    nd = over_keys(phi, psi if g is None else psi * g, v)
-    return quant("out", nd[..., :-1] / nd[..., -1:].clamp_min(torch.finfo(v.dtype).tiny))
+def _key_factors(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int) -> list[tuple[Tensor, Tensor]]:
+    """Each key's two factor pairs of oscillator_attention_linear's sums: (phi(k_j), [r_j, 1]) for the coupling and
+    (g_j psi(r_j), [v_j, 1]) for the readout."""
+    psi = readout_features(r, r, p)[1]
+    return [(coupling_features(k), F.pad(r, (0, 1), value=1.0)),
+            (psi if g is None else psi * g, F.pad(v, (0, 1), value=1.0))]
+
+
+def _running(terms: Tensor, window: int) -> Tensor:
+    """Sums of per-key terms [B,H,T,...] over keys j <= i, or j in (i - window, i] when window > 0."""
+    state = terms.cumsum(2)
+    if 0 < window < state.shape[2]:
+        state = torch.cat([state[:, :, :window], state[:, :, window:] - state[:, :, :-window]], 2)
+    return state
 
 
 def linear_key_terms(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int) -> tuple[Tensor, Tensor]:
-    """The keys' terms of oscillator_attention_linear's two sums (d_osc 2), as a stream adds and later subtracts them:
-    coupling phi(k_j) [r_j, 1]^T [..., F, d_osc + 1] and readout g_j psi(r_j) [v_j, 1]^T [..., 2p + 1, d_v + 1]."""
-    _, psi = readout_features(r, r, p)
-    psi = psi if g is None else psi * g
-    return (coupling_features(k).unsqueeze(-1) * F.pad(r, (0, 1), value=1.0).unsqueeze(-2),
-            psi.unsqueeze(-1) * F.pad(v, (0, 1), value=1.0).unsqueeze(-2))
+    """The keys' terms of oscillator_attention_linear's two sums, as a stream adds and later subtracts them:
+    coupling phi(k_j) [r_j, 1]^T [..., F, d_osc + 1] and readout g_j psi(r_j) [v_j, 1]^T [..., n, d_v + 1]."""
+    (a, b), (c, d) = _key_factors(k, r, v, g, p)
+    return a.unsqueeze(-1) * b.unsqueeze(-2), c.unsqueeze(-1) * d.unsqueeze(-2)
 
 
-def linear_query(q: Tensor, coupling: Tensor, readout: Tensor, p: int, eps: float) -> Tensor:
-    """oscillator_attention_linear's output for queries q [..., d_h] from the two sums over the keys they read
-    ([..., F, d_osc + 1] and [..., 2p + 1, d_v + 1], as linear_key_terms)."""
+def linear_query(q: Tensor, coupling: Tensor, readout: Tensor, p: int, eps: float, quant=None) -> Tensor:
+    """oscillator_attention_linear's output for queries q [..., T, d_h] from the two sums over the keys they read:
+    one per query ([..., T, F, d_osc + 1] and [..., T, n, d_v + 1], as linear_key_terms), or shared by all of them
+    ([..., F, d_osc + 1] and [..., n, d_v + 1])."""
+    quant = _identity if quant is None else quant
     tiny = torch.finfo(q.dtype).tiny
-    hs = (coupling_features(q).unsqueeze(-2) @ coupling).squeeze(-2)
-    z = unit(hs[..., :-1] / hs[..., -1:].clamp_min(tiny), eps)
-    phi, _ = readout_features(z, z, p)
-    nd = (phi.unsqueeze(-2) @ readout).squeeze(-2)
-    return nd[..., :-1] / nd[..., -1:].clamp_min(tiny)
+
+    def contract(x: Tensor, sums: Tensor) -> Tensor:
+        return x @ sums if sums.ndim == x.ndim else (x.unsqueeze(-2) @ sums).squeeze(-2)
+
+    hs = contract(coupling_features(q), coupling)
+    z = quant("z", unit(hs[..., :-1] / hs[..., -1:].clamp_min(tiny), eps))  # [..., d_osc]
+    nd = contract(readout_features(z, z, p)[0], readout)
+    return quant("out", nd[..., :-1] / nd[..., -1:].clamp_min(tiny))
 
 
 def rotate_pairs(x: Tensor, angle: Tensor) -> Tensor:
