@@ -15,7 +15,7 @@ POSITIVE_MAPS = ("softplus", "elu1", "relu2", "taylor2")
 POLYNOMIAL_MAPS = ("taylor2",)  # positive maps with a finite feature map: the linear form needs one
 PHASE_MAPS, PHASE_READOUTS = ("angle", "tanh", "linear"), ("linear", "prototype")  # the Kuramoto network's
 FORMS = ("direct", "linear")  # the oscillator core: T x T passes, or sums over keys (models/attention.py)
-NORMALIZE_MODES = ("none", "utterance", "active")  # features.py: which per-band mean each clip loses
+NORMALIZE_MODES = ("none", "utterance", "active", "running")  # features.py: which per-band mean each clip loses
 
 
 DATASETS = ("synth", "speech-commands", "fsdd")
@@ -61,6 +61,7 @@ class FeatureConfig:
     f_min: float = 20.0
     f_max: float = 7600.0
     normalize: str = "utterance"  # "none" | "utterance": subtract each clip's per-band mean | "active": over its speech
+    #                                 | "running": each frame less the mean of the frames up to it (causal: streams)
     floor_db: float = 0.0  # > 0: log-mels floored this many dB below the clip's peak (frontend.py); 0 = off
 
     def __post_init__(self):
@@ -79,6 +80,8 @@ class FeatureConfig:
             raise ValueError(f"normalize must be one of {NORMALIZE_MODES}, got {self.normalize!r}")
         if self.normalize == "active" and self.n_mfcc:
             raise ValueError(f"normalize 'active' needs log-mel features (n_mfcc = 0), got n_mfcc = {self.n_mfcc}")
+        if self.floor_db and self.normalize == "running":
+            raise ValueError("floor_db looks at the whole clip's peak: it cannot go with the causal normalize 'running'")
         if self.floor_db < 0 or (self.floor_db and self.n_mfcc):
             raise ValueError(f"floor_db must be >= 0 and needs log-mel features (n_mfcc = 0), got {self.floor_db} "
                              f"with n_mfcc = {self.n_mfcc}")

@@ -47,6 +47,9 @@ class FeatureExtractor(torch.nn.Module):
             level = feats.amax(dim=2, keepdim=True)  # [B, F, 1]: each frame's loudest band
             active = (level >= level.amax(dim=1, keepdim=True) - nats(ACTIVE_DB)).to(feats.dtype)
             feats = feats - (feats * active).sum(1, keepdim=True) / active.sum(1, keepdim=True)
+        elif cfg.normalize == "running":
+            frames = torch.arange(1, feats.shape[1] + 1, dtype=feats.dtype, device=feats.device)[:, None]
+            feats = feats - feats.cumsum(1) / frames
         return feats[0] if squeeze else feats
 
 

@@ -25,6 +25,8 @@ constants from ``mfcc_constants`` and get the same numbers as ``FeatureExtractor
 - normalize "active" (log-mel only): each band's mean over the clip's active frames only, those whose loudest
   band is within ACTIVE_DB of the clip's loudest log-mel. Over all frames, a trimmed recording's padding or a
   pause weighs in, so a channel's spectral tilt is removed only in proportion to the clip's speech.
+- normalize "running": each frame less the mean of the frames up to it, a causal mean: what a stream can compute
+  (over a stream's window, the last frame's mean is the window's).
 """
 from __future__ import annotations
 

@@ -146,6 +146,8 @@ class FrontEnd:
         if self.cfg.normalize == "active":
             level = feats.max(1)
             return feats - feats[level >= level.max() - self.active].mean(0)
+        if self.cfg.normalize == "running":
+            return feats - np.cumsum(feats, 0) / np.arange(1, len(feats) + 1, dtype=feats.dtype)[:, None]
         return feats - feats.mean(0) if self.cfg.normalize == "utterance" else feats
 
 

@@ -153,6 +153,22 @@ def test_active_mean_removes_a_channel_gain_despite_the_padding():
     assert 0.3 < kept.min() <= kept.max() < np.log(2)
 
 
+def test_running_mean_is_causal_and_ends_on_the_clips_mean():
+    """normalize "running": frame t less the mean of frames 0..t; a change after t leaves frames up to t as they
+    were, and the last frame is the whole clip's mean's ("utterance")."""
+    x = (0.1 * np.random.default_rng(2).standard_normal((1, 16000))).astype(np.float32)
+    run, whole = (FeatureExtractor(FeatureConfig(normalize=n)) for n in ("running", "utterance"))
+    raw = FeatureExtractor(FeatureConfig(normalize="none"))(torch.from_numpy(x))[0]
+    got = run(torch.from_numpy(x))[0]
+    torch.testing.assert_close(got[5], raw[5] - raw[:6].mean(0), rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[-1], whole(torch.from_numpy(x))[0][-1], rtol=0, atol=1e-5)
+    later = x.copy()
+    later[0, 8000:] *= 3  # frames from 8000 / 320 - 1 on see it
+    changed = run(torch.from_numpy(later))[0]
+    torch.testing.assert_close(changed[:23], got[:23], rtol=0, atol=0)
+    assert not torch.allclose(changed[-1], got[-1])
+
+
 @pytest.mark.parametrize("bad,match", [
     (torch.zeros(15999), "shape"),
     (torch.zeros(2, 16001), "shape"),
@@ -167,7 +183,8 @@ def test_bad_input_raises(bad, match):
         FeatureExtractor(FeatureConfig())(bad)
 
 
-@pytest.mark.parametrize("kwargs", [dict(normalize="global"), dict(n_mfcc=41), dict(frame_length=500),
+@pytest.mark.parametrize("kwargs", [dict(normalize="global"), dict(normalize="running", floor_db=30.0),
+                                    dict(n_mfcc=41), dict(frame_length=500),
                                     dict(f_max=9000.0), dict(clip_samples=256), dict(floor_db=-1.0),
                                     dict(floor_db=30.0, n_mfcc=13), dict(normalize="active", n_mfcc=13)])
 def test_bad_config_raises(kwargs):

@@ -312,8 +312,8 @@ def frontend_error(lib, frontend, cfg: FeatureConfig) -> float:
 
 
 @pytest.mark.parametrize("cfg", [FeatureConfig(), FeatureConfig(floor_db=30.0), FeatureConfig(normalize="active"),
-                                 FeatureConfig(floor_db=40.0, normalize="active")],
-                         ids=["log-mel", "floor-30dB", "active-mean", "floor-40dB-active-mean"])
+                                 FeatureConfig(floor_db=40.0, normalize="active"), FeatureConfig(normalize="running")],
+                         ids=["log-mel", "floor-30dB", "active-mean", "floor-40dB-active-mean", "running-mean"])
 def test_frontend_matches_features(cfg, tmp_path):
     """edgeosc_frontend_clip (float32 C) == features.py within 2e-3 (as arm_mfcc_f32 is) on real speech with
     digital silence."""

@@ -101,7 +101,8 @@ def write_tmp(tmp_path):
 
 @pytest.mark.parametrize("cfg,hop_ms", [(FeatureConfig(), 100), (FeatureConfig(), 20), (FeatureConfig(), 980),
                                         (FeatureConfig(n_mfcc=13), 60), (FeatureConfig(normalize="none"), 200),
-                                        (FeatureConfig(floor_db=30.0), 100), (FeatureConfig(normalize="active"), 100)])
+                                        (FeatureConfig(floor_db=30.0), 100), (FeatureConfig(normalize="active"), 100),
+                                        (FeatureConfig(normalize="running"), 20)])
 def test_incremental_features_equal_batch_features_of_the_window(cfg, hop_ms):
     seen = []
     model = Model("recorder", ("_silence_", "kw"), cfg, lambda f: seen.append(f[0].copy()) or np.zeros(2))

@@ -112,7 +112,15 @@ void edgeosc_frontend_clip(const EdgeoscFrontend *f, const int16_t *pcm, float *
     const float lo = peak - f->floor;
     for (i = 0; i < n; ++i) features[i] = features[i] < lo ? lo : features[i];
   }
-  if (f->normalize) { /* each coefficient's mean over every frame (1) or over the active frames (2) */
+  if (f->normalize == 3) { /* each frame less each coefficient's mean over the frames up to it */
+    float *sum = scratch;
+    for (c = 0; c < C; ++c) sum[c] = 0;
+    for (t = 0; t < f->n_frames; ++t)
+      for (c = 0; c < C; ++c) {
+        sum[c] += features[t * C + c];
+        features[t * C + c] -= sum[c] / (float)(t + 1);
+      }
+  } else if (f->normalize) { /* each coefficient's mean over every frame (1) or over the active frames (2) */
     float *mean = scratch, gate = peak - f->active, count = 0; /* the frames are done with the scratch */
     for (c = 0; c < C; ++c) mean[c] = 0;
     for (t = 0; t < f->n_frames; ++t) {

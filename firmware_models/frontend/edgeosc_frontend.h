@@ -19,7 +19,8 @@ extern "C" {
 
 typedef struct {
   int32_t frame_length, hop_length, n_frames, n_mels, n_mfcc; /* n_mfcc 0: log-mel */
-  int32_t normalize; /* subtract per-clip means: 0 no, 1 over every frame, 2 over the active frames (log-mel) */
+  int32_t normalize; /* subtract per-clip means: 0 no, 1 over every frame, 2 over the active frames (log-mel), 3 over
+                        the frames up to each one (causal) */
   float floor; /* > 0: log-mels raised to at least the clip's largest less this (natural log), before the means */
   float active; /* normalize 2: frames whose largest log-mel is within this of the clip's largest are active */
   const float *window;                   /* [frame_length] */
