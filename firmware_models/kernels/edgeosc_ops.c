@@ -137,20 +137,25 @@ static const int32_t *prepare_requant(const EdgeoscChannelRequant *rq, int32_t u
   return k;
 }
 
-/* edgeosc_dsp_requant of an accumulator with one channel's constants k (2M, right; no left shift), then zp and
- * the clamp. */
+/* One channel's constants k (2M, right) as edgeosc_dsp_requant takes them: no left shift. */
+static inline EdgeoscDspRequant channel_constants(const int32_t *k) {
+  EdgeoscDspRequant q;
+  q.m2 = k[0], q.left = 0, q.right = k[1], q.half = (1 << k[1]) >> 1;
+  return q;
+}
+
+/* edgeosc_dsp_requant of an accumulator with one channel's constants k, then zp and the clamp. */
 static inline int8_t requant_one(const int32_t *k, int32_t acc, int32_t zp_out, int32_t lo, int32_t hi) {
-  const int32_t x = edgeosc_smmulr(acc, k[0]) + acc;
-  return (int8_t)clamp(((__qadd(x, (1 << k[1]) >> 1) + (x >> 31)) >> k[1]) + zp_out, lo, hi);
+  const EdgeoscDspRequant q = channel_constants(k);
+  return (int8_t)clamp(edgeosc_dsp_requant(&q, acc) + zp_out, lo, hi);
 }
 
 /* requant_one of two accumulators of one channel, its constants loaded once */
 static inline void requant_pair(const int32_t *k, int32_t acc_a, int32_t acc_b, int32_t zp_out, int32_t lo,
                                 int32_t hi, int8_t *out_a, int8_t *out_b) {
-  const int32_t m2 = k[0], right = k[1], half = (1 << right) >> 1;
-  const int32_t xa = edgeosc_smmulr(acc_a, m2) + acc_a, xb = edgeosc_smmulr(acc_b, m2) + acc_b;
-  *out_a = (int8_t)clamp(((__qadd(xa, half) + (xa >> 31)) >> right) + zp_out, lo, hi);
-  *out_b = (int8_t)clamp(((__qadd(xb, half) + (xb >> 31)) >> right) + zp_out, lo, hi);
+  const EdgeoscDspRequant q = channel_constants(k);
+  *out_a = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_a) + zp_out, lo, hi);
+  *out_b = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_b) + zp_out, lo, hi);
 }
 
 /* out[u] = requant(bias[u] + (x - zp) . w_u) for one widened row (a stream's frame, a last odd row): four units
@@ -169,10 +174,10 @@ static void row_times_weights(const int32_t *x, const int8_t *weights, const int
       const int32_t sum = acc[i] + (bias ? bias[u + i] : 0);
       if (k) {
         out[u + i] = requant_one(k + k_step * (u + i), sum, zp_out, lo, hi);
-      } else {
-        channel_out_init(&c, rq, u + i, zp_out, lo, hi);
-        out[u + i] = channel_out_fast(&c, sum);
+        continue;
       }
+      if (u + i == 0 || rq->per_channel) channel_out_init(&c, rq, u + i, zp_out, lo, hi);
+      out[u + i] = channel_out_fast(&c, sum);
     }
   }
 }
@@ -184,7 +189,7 @@ static void rows_times_weights(const int32_t *x, const int8_t *weights, const in
                                int32_t units, const EdgeoscChannelRequant *rq, const int32_t *k, int32_t zp_out,
                                int32_t lo, int32_t hi, int8_t *r0, int8_t *r1) {
   const int32_t k_step = rq->per_channel ? 2 : 0;
-  ChannelOut cu;
+  ChannelOut cu, cv;
   int32_t u;
   if (r1 == r0) {
     row_times_weights(x, weights, bias, depth, units, rq, k, zp_out, lo, hi, r0);
@@ -192,7 +197,6 @@ static void rows_times_weights(const int32_t *x, const int8_t *weights, const in
   }
   for (u = 0; u < units; u += 2) {
     const int32_t pair = u + 1 < units, v = pair ? u + 1 : u;
-    ChannelOut cv;
     int32_t acc[4];
     acc[0] = acc[2] = bias ? bias[u] : 0;
     acc[1] = acc[3] = bias ? bias[v] : 0;
@@ -202,8 +206,10 @@ static void rows_times_weights(const int32_t *x, const int8_t *weights, const in
       if (pair) requant_pair(k + k_step * v, acc[1], acc[3], zp_out, lo, hi, r0 + v, r1 + v);
       continue;
     }
-    channel_out_init(&cu, rq, u, zp_out, lo, hi);
-    channel_out_init(&cv, rq, v, zp_out, lo, hi);
+    if (u == 0 || rq->per_channel) {
+      channel_out_init(&cu, rq, u, zp_out, lo, hi);
+      channel_out_init(&cv, rq, v, zp_out, lo, hi);
+    }
     r0[u] = channel_out_fast(&cu, acc[0]);
     r1[u] = channel_out_fast(&cu, acc[2]);
     if (pair) r0[v] = channel_out_fast(&cv, acc[1]), r1[v] = channel_out_fast(&cv, acc[3]);
