@@ -546,7 +546,7 @@ def listen(model, wav, mic, hop_ms, threshold, smooth, window):
 @click.option("--refractory-s", type=float, default=None,
               help="No detection for this long after one (default: the window, 1 s).")
 @click.option("--max-clips", type=click.IntRange(min=1), default=None,
-              help="A random subset of the split's clips (default all: about 25 min of audio for the synthetic test).")
+              help="A random subset of the split's clips (default all: about 17 min of audio for the synthetic test).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The clips' order and the gaps between them.")
 @click.option("--window", type=click.IntRange(min=1), default=None,
               help="A streaming checkpoint: frames its attention reads (default and at most the trained window).")
