@@ -21,20 +21,27 @@ static int8_t channel_out(const EdgeoscChannelRequant *rq, int32_t c, int32_t ac
 
 #if EDGEOSC_DSP || EDGEOSC_NEON
 /* The receptive field of output pixel o (flat index) as one row of k_h k_w in_c values in the weights'
- * OHWI order, taps outside the image at zp_in (they then add nothing, as TFLite's skipped taps). */
-static void conv_patch(const EdgeoscConvParams *p, const int8_t *in, int32_t o, int8_t *patch) {
+ * OHWI order, taps outside the image at zp_in (they then add nothing, as TFLite's skipped taps): where it is one
+ * run of the input already (one kernel row, no dilation, all taps inside: the stem's), a pointer into `in`,
+ * else built in `patch`. */
+static const int8_t *conv_patch(const EdgeoscConvParams *p, const int8_t *in, int32_t o, int8_t *patch) {
   const int32_t oy = o / p->out_w, ox = o % p->out_w;
+  const int32_t iy0 = oy * p->stride_h - p->pad_top, ix0 = ox * p->stride_w - p->pad_left;
   int32_t ky, kx, ic, n = 0;
+  if (p->k_h == 1 && (p->dil_w == 1 || p->k_w == 1) && iy0 >= 0 && iy0 < p->in_h && ix0 >= 0 &&
+      ix0 + p->k_w <= p->in_w)
+    return in + (iy0 * p->in_w + ix0) * p->in_c;
   for (ky = 0; ky < p->k_h; ++ky) {
-    const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
+    const int32_t iy = iy0 + ky * p->dil_h;
     for (kx = 0; kx < p->k_w; ++kx) {
-      const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
+      const int32_t ix = ix0 + kx * p->dil_w;
       if (iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w)
         for (ic = 0; ic < p->in_c; ++ic) patch[n++] = in[(iy * p->in_w + ix) * p->in_c + ic];
       else
         for (ic = 0; ic < p->in_c; ++ic) patch[n++] = (int8_t)p->zp_in;
     }
   }
+  return patch;
 }
 
 #endif
@@ -45,41 +52,16 @@ static void conv_patch(const EdgeoscConvParams *p, const int8_t *in, int32_t o, 
  * pairs in the lanes SXTB16 gives a weight word, (x0, x2) and (x1, x3), so a weight word takes one load,
  * two SXTB16 and feeds four SMLAD (two per input row). No repacking of the weights is needed. */
 
-/* Rows a and b (depth int8 values, minus zp) widened and interleaved for dot_2x2: per 4 values a's two
- * pairs then b's, then the last depth % 4 values as int32s, a's and b's alternating. */
+/* Rows a and b (depth int8 values, minus zp) widened and interleaved for two_row_dots: per 4 values the even
+ * pairs of a and b, then their odd pairs, then the last depth % 4 values as int32s, a's and b's alternating. */
 static void widen_rows(const int8_t *a, const int8_t *b, int32_t depth, int32_t zp, int32_t *out) {
   const int32_t zp2 = edgeosc_pair(-zp);
   int32_t i;
   for (i = 0; i + 4 <= depth; i += 4, out += 4) {
-    edgeosc_widen4(edgeosc_read4(a + i), zp2, out, out + 1);
-    edgeosc_widen4(edgeosc_read4(b + i), zp2, out + 2, out + 3);
+    edgeosc_widen4(edgeosc_read4(a + i), zp2, out, out + 2);
+    edgeosc_widen4(edgeosc_read4(b + i), zp2, out + 1, out + 3);
   }
   for (; i < depth; ++i, out += 2) out[0] = a[i] - zp, out[1] = b[i] - zp;
-}
-
-/* acc[2 r + u] += (row r of x) . (weight row u) for widened rows x (widen_rows) and the weight rows at w
- * and w + w_step. */
-static void dot_2x2(const int32_t *x, const int8_t *w, int32_t w_step, int32_t depth, int32_t acc[4]) {
-  int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
-  int32_t n;
-  for (n = depth >> 2; n > 0; --n, w += 4, x += 4) {
-    const int32_t xa0 = x[0], xa1 = x[1], xb0 = x[2], xb1 = x[3];
-    int32_t word = edgeosc_read4(w), even = __sxtb16(word), odd = edgeosc_sxtb16_ror8(word);
-    a00 = __smlad(xa1, odd, __smlad(xa0, even, a00));
-    a10 = __smlad(xb1, odd, __smlad(xb0, even, a10));
-    word = edgeosc_read4(w + w_step);
-    even = __sxtb16(word);
-    odd = edgeosc_sxtb16_ror8(word);
-    a01 = __smlad(xa1, odd, __smlad(xa0, even, a01));
-    a11 = __smlad(xb1, odd, __smlad(xb0, even, a11));
-  }
-  for (depth &= 3; depth > 0; --depth, ++w, x += 2) {
-    a00 += x[0] * w[0];
-    a01 += x[0] * w[w_step];
-    a10 += x[1] * w[0];
-    a11 += x[1] * w[w_step];
-  }
-  acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
 }
 
 /* acc[u] += (row a of x) . (weight row u at w + u w_step), u < 4: dot_2x2 for a single row (a stream's frame, a
@@ -89,7 +71,7 @@ static void dot_1x4(const int32_t *x, const int8_t *w, int32_t w_step, int32_t d
   const int8_t *w2 = w + 2 * w_step; /* two pointers and one offset: units 0, 1 at w, units 2, 3 at w2 */
   int32_t n;
   for (n = depth >> 2; n > 0; --n, w += 4, w2 += 4, x += 4) {
-    const int32_t xa0 = x[0], xa1 = x[1];
+    const int32_t xa0 = x[0], xa1 = x[2];
     int32_t u = edgeosc_read4(w);
     a0 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a0));
     u = edgeosc_read4(w + w_step);
@@ -102,26 +84,6 @@ static void dot_1x4(const int32_t *x, const int8_t *w, int32_t w_step, int32_t d
   for (depth &= 3; depth > 0; --depth, ++w, ++w2, x += 2)
     a0 += x[0] * w[0], a1 += x[0] * w[w_step], a2 += x[0] * w2[0], a3 += x[0] * w2[w_step];
   acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
-}
-
-/* A channel's requantization with its constants split once: edgeosc_mbqm, then zp and the clamp. Multipliers
- * are positive (quantize_multiplier: [2^30, 2^31) or 0), so srdhm's INT32_MIN x INT32_MIN case cannot occur. */
-typedef struct {
-  int32_t multiplier, left, right, mask, half, zp_out, lo, hi;
-} ChannelOut;
-
-static void channel_out_init(ChannelOut *c, const EdgeoscChannelRequant *rq, int32_t ch, int32_t zp_out,
-                             int32_t lo, int32_t hi) {
-  const int32_t i = rq->per_channel ? ch : 0, shift = rq->shift[i];
-  c->multiplier = rq->multiplier[i], c->left = shift > 0 ? shift : 0, c->right = shift > 0 ? 0 : -shift;
-  c->mask = (int32_t)((1u << c->right) - 1u), c->half = c->mask >> 1;
-  c->zp_out = zp_out, c->lo = lo, c->hi = hi;
-}
-
-static inline int8_t channel_out_fast(const ChannelOut *c, int32_t acc) {
-  const int32_t x = (int32_t)(((int64_t)(int32_t)((uint32_t)acc << c->left) * c->multiplier + (1 << 30)) >> 31);
-  const int32_t y = (x >> c->right) + ((x & c->mask) > c->half + (x < 0)) + c->zp_out; /* edgeosc_rdbpot */
-  return (int8_t)clamp(y, c->lo, c->hi);
 }
 
 /* Each channel's edgeosc_dsp_requant constants (EdgeoscChannelRequant.dsp's layout: 2M, right) written to k, once
@@ -137,95 +99,146 @@ static const int32_t *prepare_requant(const EdgeoscChannelRequant *rq, int32_t u
   return k;
 }
 
-/* One channel's constants k (2M, right) as edgeosc_dsp_requant takes them: no left shift. */
-static inline EdgeoscDspRequant channel_constants(const int32_t *k) {
-  EdgeoscDspRequant q;
-  q.m2 = k[0], q.left = 0, q.right = k[1], q.half = (1 << k[1]) >> 1;
-  return q;
+/* The output side of a layer: its requantization (prepare_requant's constants k, or NULL for the portable
+ * edgeosc_mbqm), zero point and clamp. */
+typedef struct {
+  const EdgeoscChannelRequant *rq;
+  const int32_t *k;
+  int32_t zp_out, lo, hi;
+} Output;
+
+/* edgeosc_dsp_requant(acc) + zp_out for the constants (2M, right) of one channel, with half = 2^(right-1) */
+static inline int32_t requant_dsp(int32_t acc, int32_t m2, int32_t right, int32_t half, int32_t zp_out) {
+  const int32_t x = edgeosc_smmulr(acc, m2) + acc;
+  return ((__qadd(x, half) + (x >> 31)) >> right) + zp_out;
 }
 
-/* edgeosc_dsp_requant of an accumulator with one channel's constants k, then zp and the clamp. */
-static inline int8_t requant_one(const int32_t *k, int32_t acc, int32_t zp_out, int32_t lo, int32_t hi) {
-  const EdgeoscDspRequant q = channel_constants(k);
-  return (int8_t)clamp(edgeosc_dsp_requant(&q, acc) + zp_out, lo, hi);
-}
+/* clamp(y, lo, 127) without a branch: SSAT to int8, then max with lo as USAT of the difference (at most 255) */
+static inline int32_t clamp_to_127(int32_t y, int32_t lo) { return (int32_t)__usat(__ssat(y, 8) - lo, 8) + lo; }
 
-/* requant_one of two accumulators of one channel, its constants loaded once */
-static inline void requant_pair(const int32_t *k, int32_t acc_a, int32_t acc_b, int32_t zp_out, int32_t lo,
-                                int32_t hi, int8_t *out_a, int8_t *out_b) {
-  const EdgeoscDspRequant q = channel_constants(k);
-  *out_a = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_a) + zp_out, lo, hi);
-  *out_b = (int8_t)clamp(edgeosc_dsp_requant(&q, acc_b) + zp_out, lo, hi);
-}
-
-/* out[u] = requant(bias[u] + (x - zp) . w_u) for one widened row (a stream's frame, a last odd row): four units
- * at a time, then the units % 4 left one by one (dot_1x4 with w_step 0 sums one unit four times). */
-static void row_times_weights(const int32_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
-                              int32_t units, const EdgeoscChannelRequant *rq, const int32_t *k, int32_t zp_out,
-                              int32_t lo, int32_t hi, int8_t *out) {
-  const int32_t k_step = rq->per_channel ? 2 : 0, blocks = units & ~3;
-  ChannelOut c;
-  int32_t u, i;
-  for (u = 0; u < units; u += u < blocks ? 4 : 1) {
-    const int32_t n = u < blocks ? 4 : 1;
-    int32_t acc[4] = {0, 0, 0, 0};
-    dot_1x4(x, weights + u * depth, n == 4 ? depth : 0, depth, acc);
-    for (i = 0; i < n; ++i) {
-      const int32_t sum = acc[i] + (bias ? bias[u + i] : 0);
-      if (k) {
-        out[u + i] = requant_one(k + k_step * (u + i), sum, zp_out, lo, hi);
-        continue;
-      }
-      if (u + i == 0 || rq->per_channel) channel_out_init(&c, rq, u + i, zp_out, lo, hi);
-      out[u + i] = channel_out_fast(&c, sum);
+/* out[u] = clamp(requant_u(acc[u]) + zp_out) for the n channels from `first`: a loop of its own, so that the
+ * matrix product's registers are free and every constant here stays in one. */
+static void requant_row(const Output *o, int32_t first, const int32_t *acc, int32_t n, int8_t *out) {
+  const int32_t zp_out = o->zp_out, lo = o->lo, hi = o->hi;
+  int32_t u;
+  if (!o->k || hi != 127) { /* the portable requantization, or an activation capped below 127 (ReLU6) */
+    for (u = 0; u < n; ++u) {
+      const int32_t *k = o->k + (o->rq->per_channel ? 2 * (first + u) : 0);
+      out[u] = o->k ? (int8_t)clamp(requant_dsp(acc[u], k[0], k[1], (1 << k[1]) >> 1, zp_out), lo, hi)
+                    : channel_out(o->rq, first + u, acc[u], zp_out, lo, hi);
     }
+  } else if (o->rq->per_channel) {
+    const int32_t *k = o->k + 2 * first;
+    for (u = 0; u < n; ++u, k += 2)
+      out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], k[0], k[1], (1 << k[1]) >> 1, zp_out), lo);
+  } else {
+    const int32_t m2 = o->k[0], right = o->k[1], half = (1 << right) >> 1;
+    for (u = 0; u + 2 <= n; u += 2) { /* two a trip: half the loop's branches */
+      out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], m2, right, half, zp_out), lo);
+      out[u + 1] = (int8_t)clamp_to_127(requant_dsp(acc[u + 1], m2, right, half, zp_out), lo);
+    }
+    if (u < n) out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], m2, right, half, zp_out), lo);
+  }
+}
+
+/* Output channels are taken UNIT_CHUNK at a time: their accumulators (two rows) sit on the stack between the
+ * matrix product and the requantization. */
+#define UNIT_CHUNK 32
+
+/* acc[u] = bias[u] + (x - zp) . w_u for one widened row (a stream's frame, a last odd row) and n weight rows:
+ * four at a time, then the n % 4 left one by one (dot_1x4 with w_step 0 sums one unit four times). */
+static void row_dots(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t n,
+                     int32_t *acc) {
+  int32_t u, i, m;
+  for (u = 0; u < n; u += m, w += m * depth) {
+    int32_t a[4] = {0, 0, 0, 0};
+    m = u + 4 <= n ? 4 : 1;
+    dot_1x4(x, w, m == 4 ? depth : 0, depth, a);
+    for (i = 0; i < m; ++i) acc[u + i] = a[i] + (bias ? bias[u + i] : 0);
+  }
+}
+
+/* Four depth values of two rows by two weight rows (widen_rows' layout): a weight word takes one load and two
+ * SXTB16 and feeds four SMLAD, two per input row; each input word feeds two. In assembly because the loop needs
+ * 13 registers and the compiler spills its pointers at 14: loads LDRD and post-indexed, no index arithmetic. */
+#define DOT_2X2_STEP                                                                                     \
+  "ldrd %[xa], %[xb], [%[x]], #8\n\tldr %[w1], [%[w], %[step]]\n\tldr %[w0], [%[w]], #4\n\t"            \
+  "sxtb16 %[t], %[w0]\n\tsmlad %[a00], %[xa], %[t], %[a00]\n\tsmlad %[a10], %[xb], %[t], %[a10]\n\t"    \
+  "sxtb16 %[t], %[w1]\n\tsmlad %[a01], %[xa], %[t], %[a01]\n\tsmlad %[a11], %[xb], %[t], %[a11]\n\t"    \
+  "ldrd %[xa], %[xb], [%[x]], #8\n\tsxtb16 %[w0], %[w0], ror #8\n\tsxtb16 %[w1], %[w1], ror #8\n\t"     \
+  "smlad %[a00], %[xa], %[w0], %[a00]\n\tsmlad %[a10], %[xb], %[w0], %[a10]\n\t"                        \
+  "smlad %[a01], %[xa], %[w1], %[a01]\n\tsmlad %[a11], %[xb], %[w1], %[a11]\n\t"
+#define DOT_2X2_OPERANDS                                                                                  \
+  [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11), [x] "+r"(xp), [w] "+r"(wp),        \
+      [xa] "=&r"(xa), [xb] "=&r"(xb), [w0] "=&r"(w0), [w1] "=&r"(w1), [t] "=&r"(t)
+
+/* acc[0..3] = (a00, a01, a10, a11) plus the dot products of the two widened rows in x with the weight rows at
+ * w and w + step, depth values each, eight a loop trip. */
+__attribute__((always_inline)) static inline void dot_2x2(const int32_t *x, const int8_t *w, int32_t step, int32_t depth, int32_t acc[4]) {
+  const int32_t *const x_end8 = x + 8 * (depth >> 3);
+  int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3], xa, xb, w0, w1, t, i;
+  const int32_t *xp = x;
+  const int8_t *wp = w;
+  if (xp != x_end8)
+    __asm__("1:\n\t" DOT_2X2_STEP DOT_2X2_STEP "cmp %[x], %[end]\n\tbne 1b"
+            : DOT_2X2_OPERANDS
+            : [step] "r"(step), [end] "r"(x_end8)
+            : "cc", "memory");
+  if (depth & 4) __asm__(DOT_2X2_STEP : DOT_2X2_OPERANDS : [step] "r"(step) : "memory");
+  for (i = 0; i < (depth & 3); ++i, xp += 2) {
+    a00 += xp[0] * wp[i], a01 += xp[0] * wp[step + i];
+    a10 += xp[1] * wp[i], a11 += xp[1] * wp[step + i];
+  }
+  acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
+}
+
+/* acc[u] and acc[UNIT_CHUNK + u] = bias[u] + (x_r - zp) . w_u for the two widened rows in x and n weight rows,
+ * two weight rows at a time (a last odd one paired with itself). */
+__attribute__((noinline)) static void two_row_dots(const int32_t *x, const int8_t *w, const int32_t *bias,
+                                                   int32_t depth, int32_t n, int32_t *acc) {
+  int32_t u, a[4];
+  for (u = 0; u + 2 <= n; u += 2, w += 2 * depth, acc += 2) {
+    a[0] = a[2] = bias ? bias[u] : 0;
+    a[1] = a[3] = bias ? bias[u + 1] : 0;
+    dot_2x2(x, w, depth, depth, a);
+    acc[0] = a[0], acc[1] = a[1], acc[UNIT_CHUNK] = a[2], acc[UNIT_CHUNK + 1] = a[3];
+  }
+  if (n & 1) {
+    a[0] = a[1] = a[2] = a[3] = bias ? bias[u] : 0;
+    dot_2x2(x, w, 0, depth, a);
+    acc[0] = a[0], acc[UNIT_CHUNK] = a[2];
   }
 }
 
 /* out[r, u] = requant(bias[u] + (x_r - zp) . w_u) for the two widened rows in x (one row, r1 == r0, for a
- * last odd row or a stream's frame): FULLY_CONNECTED / CONV_2D output rows r0 and r1. k: prepare_requant's
- * constants, or NULL for the portable requantization. */
+ * last odd row or a stream's frame): FULLY_CONNECTED / CONV_2D output rows r0 and r1. */
 static void rows_times_weights(const int32_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
-                               int32_t units, const EdgeoscChannelRequant *rq, const int32_t *k, int32_t zp_out,
-                               int32_t lo, int32_t hi, int8_t *r0, int8_t *r1) {
-  const int32_t k_step = rq->per_channel ? 2 : 0;
-  ChannelOut cu, cv;
+                               int32_t units, const Output *o, int8_t *r0, int8_t *r1) {
+  int32_t acc[2 * UNIT_CHUNK];
   int32_t u;
-  if (r1 == r0) {
-    row_times_weights(x, weights, bias, depth, units, rq, k, zp_out, lo, hi, r0);
-    return;
-  }
-  for (u = 0; u < units; u += 2) {
-    const int32_t pair = u + 1 < units, v = pair ? u + 1 : u;
-    int32_t acc[4];
-    acc[0] = acc[2] = bias ? bias[u] : 0;
-    acc[1] = acc[3] = bias ? bias[v] : 0;
-    dot_2x2(x, weights + u * depth, pair ? depth : 0, depth, acc);
-    if (k) {
-      requant_pair(k + k_step * u, acc[0], acc[2], zp_out, lo, hi, r0 + u, r1 + u);
-      if (pair) requant_pair(k + k_step * v, acc[1], acc[3], zp_out, lo, hi, r0 + v, r1 + v);
-      continue;
+  for (u = 0; u < units; u += UNIT_CHUNK) {
+    const int32_t n = units - u < UNIT_CHUNK ? units - u : UNIT_CHUNK;
+    const int32_t *const b = bias ? bias + u : 0;
+    if (r1 == r0) {
+      row_dots(x, weights + u * depth, b, depth, n, acc);
+    } else {
+      two_row_dots(x, weights + u * depth, b, depth, n, acc);
+      requant_row(o, u, acc + UNIT_CHUNK, n, r1 + u);
     }
-    if (u == 0 || rq->per_channel) {
-      channel_out_init(&cu, rq, u, zp_out, lo, hi);
-      channel_out_init(&cv, rq, v, zp_out, lo, hi);
-    }
-    r0[u] = channel_out_fast(&cu, acc[0]);
-    r1[u] = channel_out_fast(&cu, acc[2]);
-    if (pair) r0[v] = channel_out_fast(&cv, acc[1]), r1[v] = channel_out_fast(&cv, acc[3]);
+    requant_row(o, u, acc, n, r0 + u);
   }
 }
 
 /* scratch: the two widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
 static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t D = p->depth, U = p->units;
-  const int32_t *const k = p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, U, wide + EDGEOSC_WIDE_WORDS(D));
+  const Output o = {&p->rq, p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, U, wide + EDGEOSC_WIDE_WORDS(D)),
+                    p->zp_out, p->act_min, p->act_max};
   int32_t r;
   for (r = 0; r < p->rows; r += 2) {
     const int32_t two = r + 1 < p->rows;
     widen_rows(in + r * D, in + (r + two) * D, D, p->zp_in, wide);
-    rows_times_weights(wide, p->weights, p->bias, D, U, &p->rq, k, p->zp_out, p->act_min, p->act_max, out + r * U,
-                       out + (r + two) * U);
+    rows_times_weights(wide, p->weights, p->bias, D, U, &o, out + r * U, out + (r + two) * U);
   }
 }
 
@@ -233,16 +246,13 @@ static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
 static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c, pixels = p->out_h * p->out_w;
   int8_t *const patch = (int8_t *)(wide + EDGEOSC_WIDE_WORDS(K));
-  const int32_t *const k =
-      p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, C, wide + EDGEOSC_WIDE_WORDS(K) + (K + 1) / 2);
+  const Output q = {&p->rq, p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, C, wide + EDGEOSC_WIDE_WORDS(K) + (K + 1) / 2),
+                    p->zp_out, p->act_min, p->act_max};
   int32_t o;
   for (o = 0; o < pixels; o += 2) {
     const int32_t two = o + 1 < pixels;
-    conv_patch(p, in, o, patch);
-    conv_patch(p, in, o + two, patch + K);
-    widen_rows(patch, patch + K, K, p->zp_in, wide);
-    rows_times_weights(wide, p->weights, p->bias, K, C, &p->rq, k, p->zp_out, p->act_min, p->act_max,
-                       out + o * C, out + (o + two) * C);
+    widen_rows(conv_patch(p, in, o, patch), conv_patch(p, in, o + two, patch + K), K, p->zp_in, wide);
+    rows_times_weights(wide, p->weights, p->bias, K, C, &q, out + o * C, out + (o + two) * C);
   }
 }
 #endif
@@ -291,8 +301,7 @@ static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out,
   int8_t *const patch = (int8_t *)(scratch + EDGEOSC_WIDE_WORDS(K));
   int32_t o;
   for (o = 0; o < pixels; ++o) {
-    conv_patch(p, in, o, patch);
-    widen_row16(patch, K, p->zp_in, x);
+    widen_row16(conv_patch(p, in, o, patch), K, p->zp_in, x);
     row_times_weights_neon(x, p->weights, p->bias, K, p->out_c, &p->rq, p->zp_out, p->act_min, p->act_max,
                            out + o * p->out_c);
   }
