@@ -536,14 +536,14 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     "act" (act_min, act_max), "per_channel" (FULLY_CONNECTED), "runtime_requant" (FULLY_CONNECTED, CONV_2D: the
     DSP requantization constants prepared on each call, not given as code generation writes them), "stride" and
     "dil" (CONV_2D and DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside and outside the image
-    alike)."""
+    alike), "scales" (ADD / SUB: the scales of a, b and the output; random otherwise)."""
     from ..export.c.ops import dsp_requant
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     if spec["op"] in ("ADD", "SUB"):  # "rows" x "cols", b broadcast along the row when "row_broadcast"
         rows, cols, lo, hi = spec["rows"], spec["cols"], *spec.get("act", (-128, 127))
         row_b = int(spec.get("row_broadcast", 0))
-        scales = rng.uniform(0.01, 0.2, 3)
+        scales = spec.get("scales", rng.uniform(0.01, 0.2, 3))
         mult, shift = zip(*(R.quantize_multiplier(m) for m in R.add_multipliers(*scales)))
         f = np.array([1, 1, rows, cols, 0, 0, cols, 1, 0, 0, 1 if row_b else cols, 0 if row_b else 1,
                       *rng.integers(-128, 128, 3), lo, hi, int(spec["op"] == "SUB")], np.int32)

@@ -519,51 +519,89 @@ void edgeosc_sum_pool_int8(const EdgeoscPoolParams *p, const int8_t *in, int8_t 
   } while (0)
 
 #if EDGEOSC_DSP
-/* An ADD / SUB input on the 2^20 grid: edgeosc_dsp_requant's arithmetic without a clamp, r = 0 allowed (neg
- * masks the sign term off). Exact: (x - zp) 2^20 times a multiplier below 1 stays below 2^28, far from any
- * saturation. */
+/* ADD / SUB on the DSP path. TFLite scales each input by its scale over twice the larger one, so the larger
+ * input's multiplier is exactly 1/2, (2^30, shift 0): on the 2^20 grid it is (v - zp) 2^19, exactly (SRDHM of an
+ * even number by 2^30 halves it). Only the other input (multiplier below 1/2, so a right shift >= 1) needs the
+ * requantization arithmetic, edgeosc_dsp_requant's without a clamp; exact, as (v - zp) 2^20 M stays below 2^28.
+ * That leaves nine constants, so a row's loop keeps them all in registers. */
 typedef struct {
-  int32_t zp, m2, half, neg, right;
-} AddInput;
+  int32_t zp, m2, half, right;
+} AddScaled; /* the input with the smaller scale */
 
-static int add_input_init(AddInput *in, int32_t zp, EdgeoscRequant rq) {
-  EdgeoscDspRequant q;
-  edgeosc_dsp_requant_init(&q, rq.multiplier, rq.shift);
-  in->zp = zp, in->m2 = q.m2, in->half = q.half, in->neg = q.right ? -1 : 0, in->right = q.right;
-  return rq.multiplier >= (1 << 30) && q.left == 0;
+static inline int32_t add_scaled(int32_t v, int32_t zp, int32_t m2, int32_t half, int32_t right) {
+  const int32_t x = (v - zp) * (1 << 20), s = edgeosc_smmulr(x, m2) + x;
+  return (s + half + (s >> 31)) >> right;
 }
 
-static inline int32_t add_input(const AddInput *in, int32_t v) {
-  const int32_t x = (v - in->zp) * (1 << 20), s = edgeosc_smmulr(x, in->m2) + x;
-  return (s + in->half + ((s >> 31) & in->neg)) >> in->right;
+/* One row of n outputs: out[k] = clamp(requant(gs G(g[k]) + hs (h[k] - zh) 2^19) + zp_out, lo, 127) with G the
+ * scaled input's term; an input with step 0 (it broadcasts along the row) is taken once, the other steps 1. gs, hs: +-1, literal
+ * at each call, so each sign pattern compiles to its own loop. */
+__attribute__((always_inline)) static inline void add_row_signed(const AddScaled *q, const int8_t *g, int32_t g_step,
+                                                         const int8_t *h, int32_t h_step, int32_t zh, int32_t n,
+                                                         const EdgeoscDspRequant *qo, int32_t zp_out, int32_t lo,
+                                                         int8_t *out, const int32_t gs, const int32_t hs) {
+  const int32_t zg = q->zp, m2 = q->m2, half = q->half, right = q->right;
+  const int32_t om2 = qo->m2, ohalf = qo->half, oright = qo->right;
+  int32_t k;
+  if (h_step == 0) {
+    const int32_t hv = hs * ((*h - zh) * (1 << 19));
+    for (k = 0; k < n; ++k)
+      out[k] = (int8_t)clamp_to_127(requant_dsp(gs * add_scaled(g[k], zg, m2, half, right) + hv, om2, oright, ohalf, zp_out), lo);
+  } else if (g_step == 0) {
+    const int32_t gv = gs * add_scaled(*g, zg, m2, half, right);
+    for (k = 0; k < n; ++k)
+      out[k] = (int8_t)clamp_to_127(requant_dsp(gv + hs * ((h[k] - zh) * (1 << 19)), om2, oright, ohalf, zp_out), lo);
+  } else {
+    for (k = 0; k < n; ++k)
+      out[k] = (int8_t)clamp_to_127(
+          requant_dsp(gs * add_scaled(g[k], zg, m2, half, right) + hs * ((h[k] - zh) * (1 << 19)), om2, oright, ohalf,
+                      zp_out), lo);
+  }
 }
 
-/* edgeosc_add_int8 on the DSP path, row by row of the broadcast shape, an input that broadcasts along the row
- * (the layer norm's mean) taken once per row; 0 when its constants need the portable path. */
+/* add_row_signed for the sign pattern (gs, hs), a function of its own so that its loop has the registers */
+__attribute__((noinline)) static void add_row(const AddScaled *q, const int8_t *g, int32_t g_step, const int8_t *h,
+                                              int32_t h_step, int32_t zh, int32_t n, const EdgeoscDspRequant *qo,
+                                              int32_t zp_out, int32_t lo, int8_t *out, int32_t gs, int32_t hs) {
+  if (gs < 0)
+    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, zp_out, lo, out, -1, 1);
+  else if (hs < 0)
+    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, zp_out, lo, out, 1, -1);
+  else
+    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, zp_out, lo, out, 1, 1);
+}
+
+/* edgeosc_add_int8 on the DSP path, row by row of the broadcast shape; 0 (nothing written) where its premises
+ * fail: left shift 20, one input at multiplier 1/2 and the other below, inner strides 1, or 0 and 1, no cap below
+ * 127, output constants edgeosc_dsp_requant takes. */
 static int add_dsp(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out) {
   const EdgeoscBroadcast *s = &p->shape;
-  const int32_t n = s->dims[3], sa = s->stride_a[3], sb = s->stride_b[3], sign = p->subtract ? -1 : 1;
-  const int32_t zp_out = p->zp_out, lo = p->act_min, hi = p->act_max;
-  AddInput ia, ib;
-  EdgeoscDspRequant qo;
-  int32_t d0, d1, d2, k;
-  if (!(add_input_init(&ia, p->zp_a, p->rq_a) & add_input_init(&ib, p->zp_b, p->rq_b) &
-        edgeosc_dsp_requant_init(&qo, p->rq_out.multiplier, p->rq_out.shift)) || p->left_shift != 20)
+  const int32_t n = s->dims[3], sa = s->stride_a[3], sb = s->stride_b[3];
+  const int32_t half_a = p->rq_a.multiplier == 1 << 30 && p->rq_a.shift == 0;
+  const EdgeoscRequant rg = half_a ? p->rq_b : p->rq_a; /* the scaled input: b if a is the one at 1/2 */
+  EdgeoscDspRequant qg, qo;
+  AddScaled q;
+  int32_t d0, d1, d2;
+  if (p->left_shift != 20 || p->act_max != 127 || (sa | sb) & ~1 || (sa | sb) == 0 ||
+      !(half_a || (p->rq_b.multiplier == 1 << 30 && p->rq_b.shift == 0)) ||
+      !edgeosc_dsp_requant_init(&qg, rg.multiplier, rg.shift) ||
+      !edgeosc_dsp_requant_init(&qo, p->rq_out.multiplier, p->rq_out.shift))
     return 0;
+  q.zp = half_a ? p->zp_b : p->zp_a, q.m2 = qg.m2, q.half = qg.half, q.right = qg.right;
   for (d0 = 0; d0 < s->dims[0]; ++d0)
     for (d1 = 0; d1 < s->dims[1]; ++d1)
       for (d2 = 0; d2 < s->dims[2]; ++d2, out += n) {
         const int8_t *ra = a + d0 * s->stride_a[0] + d1 * s->stride_a[1] + d2 * s->stride_a[2];
         const int8_t *rb = b + d0 * s->stride_b[0] + d1 * s->stride_b[1] + d2 * s->stride_b[2];
-        if (sb == 0) {
-          const int32_t xb = sign * add_input(&ib, *rb);
-          for (k = 0; k < n; ++k, ra += sa)
-            out[k] = (int8_t)clamp(edgeosc_dsp_requant(&qo, add_input(&ia, *ra) + xb) + zp_out, lo, hi);
-        } else {
-          for (k = 0; k < n; ++k, ra += sa, rb += sb)
-            out[k] = (int8_t)clamp(edgeosc_dsp_requant(&qo, add_input(&ia, *ra) + sign * add_input(&ib, *rb)) +
-                                   zp_out, lo, hi);
-        }
+        if (!half_a) /* a scaled, b at 1/2: a + b or a - b */
+          if (p->subtract)
+            add_row(&q, ra, sa, rb, sb, p->zp_b, n, &qo, p->zp_out, p->act_min, out, 1, -1);
+          else
+            add_row(&q, ra, sa, rb, sb, p->zp_b, n, &qo, p->zp_out, p->act_min, out, 1, 1);
+        else if (p->subtract) /* a at 1/2, b scaled: a - b */
+          add_row(&q, rb, sb, ra, sa, p->zp_a, n, &qo, p->zp_out, p->act_min, out, -1, 1);
+        else
+          add_row(&q, rb, sb, ra, sa, p->zp_a, n, &qo, p->zp_out, p->act_min, out, 1, 1);
       }
   return 1;
 }
