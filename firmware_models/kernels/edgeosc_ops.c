@@ -133,10 +133,16 @@ static void requant_row(const Output *o, int32_t first, const int32_t *acc, int3
       out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], k[0], k[1], (1 << k[1]) >> 1, zp_out), lo);
   } else {
     const int32_t m2 = o->k[0], right = o->k[1], half = (1 << right) >> 1;
-    for (u = 0; u + 2 <= n; u += 2) { /* two a trip: half the loop's branches */
-      out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], m2, right, half, zp_out), lo);
-      out[u + 1] = (int8_t)clamp_to_127(requant_dsp(acc[u + 1], m2, right, half, zp_out), lo);
-    }
+    if (lo == -128) /* no activation: the clamp is the SSAT alone */
+      for (u = 0; u + 2 <= n; u += 2) { /* two a trip: half the loop's branches */
+        out[u] = (int8_t)__ssat(requant_dsp(acc[u], m2, right, half, zp_out), 8);
+        out[u + 1] = (int8_t)__ssat(requant_dsp(acc[u + 1], m2, right, half, zp_out), 8);
+      }
+    else
+      for (u = 0; u + 2 <= n; u += 2) {
+        out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], m2, right, half, zp_out), lo);
+        out[u + 1] = (int8_t)clamp_to_127(requant_dsp(acc[u + 1], m2, right, half, zp_out), lo);
+      }
     if (u < n) out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], m2, right, half, zp_out), lo);
   }
 }
@@ -192,12 +198,44 @@ __attribute__((always_inline)) static inline void dot_2x2(const int32_t *x, cons
   acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
 }
 
+/* two_row_dots for `pairs` pairs of weight rows, bias given, depth a multiple of 8: the loop over the pairs in
+ * assembly too, its four words of state (x, bias, acc, pairs left) on the stack, as the dot loop holds 13
+ * registers. Per pair: the accumulators start at the two biases (LDRD), the dot loop runs, the weights step
+ * over the second row, the four sums go to acc (STRD and two STR). */
+static void pair_dots_asm(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t pairs,
+                          int32_t *acc) {
+  const int32_t *const x_end8 = x + depth, *xp = x;
+  const int8_t *wp = w;
+  int32_t a00, a01, a10, a11, t, step = depth;
+  int32_t xa = (int32_t)x, xb = (int32_t)bias, w0 = (int32_t)acc, w1 = pairs;
+  __asm__ volatile(
+      "sub sp, sp, #16\n\t"
+      "str %[xa], [sp]\n\tstr %[xb], [sp, #4]\n\tstr %[w0], [sp, #8]\n\tstr %[w1], [sp, #12]\n\t"
+      "2:\n\t"
+      "ldr %[xb], [sp, #4]\n\tldrd %[a00], %[a01], [%[xb]], #8\n\tstr %[xb], [sp, #4]\n\t"
+      "mov %[a10], %[a00]\n\tmov %[a11], %[a01]\n\tldr %[x], [sp]\n\t"
+      "1:\n\t" DOT_2X2_STEP DOT_2X2_STEP "cmp %[x], %[end]\n\tbne 1b\n\t"
+      "add %[w], %[w], %[step]\n\t"
+      "ldr %[xb], [sp, #8]\n\tstr %[a10], [%[xb], %[row1]]\n\tstr %[a11], [%[xb], %[row1_next]]\n\t"
+      "strd %[a00], %[a01], [%[xb]], #8\n\tstr %[xb], [sp, #8]\n\t"
+      "ldr %[xa], [sp, #12]\n\tsubs %[xa], %[xa], #1\n\tstr %[xa], [sp, #12]\n\tbne 2b\n\t"
+      "add sp, sp, #16"
+      : [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11), [x] "+r"(xp), [w] "+r"(wp),
+        [xa] "+r"(xa), [xb] "+r"(xb), [w0] "+r"(w0), [w1] "+r"(w1), [t] "=&r"(t)
+      : [step] "r"(step), [end] "r"(x_end8), [row1] "i"(4 * UNIT_CHUNK), [row1_next] "i"(4 * UNIT_CHUNK + 4)
+      : "cc", "memory");
+}
+
 /* acc[u] and acc[UNIT_CHUNK + u] = bias[u] + (x_r - zp) . w_u for the two widened rows in x and n weight rows,
  * two weight rows at a time (a last odd one paired with itself). */
 __attribute__((noinline)) static void two_row_dots(const int32_t *x, const int8_t *w, const int32_t *bias,
                                                    int32_t depth, int32_t n, int32_t *acc) {
-  int32_t u, a[4];
-  for (u = 0; u + 2 <= n; u += 2, w += 2 * depth, acc += 2) {
+  int32_t u = 0, a[4];
+  if (bias && n >= 2 && (depth & 7) == 0) { /* the common case, all in assembly: see pair_dots_asm */
+    pair_dots_asm(x, w, bias, depth, n >> 1, acc);
+    u = n & ~1, w += u * depth, acc += u;
+  }
+  for (; u + 2 <= n; u += 2, w += 2 * depth, acc += 2) {
     a[0] = a[2] = bias ? bias[u] : 0;
     a[1] = a[3] = bias ? bias[u + 1] : 0;
     dot_2x2(x, w, depth, depth, a);
