@@ -64,26 +64,45 @@ static void widen_rows(const int8_t *a, const int8_t *b, int32_t depth, int32_t 
   for (; i < depth; ++i, out += 2) out[0] = a[i] - zp, out[1] = b[i] - zp;
 }
 
-/* acc[u] += (row a of x) . (weight row u at w + u w_step), u < 4: dot_2x2 for a single row (a stream's frame, a
- * last odd row), four weight rows sharing each load of the row; it reads only row a's pairs of widen_rows' layout. */
+/* One weight word of unit a against the row's pair words xe, xo: two SXTB16, two SMLAD (for DOT_1X4) */
+#define DOT_1X4_UNIT(a, load)                                                                  \
+  load "\n\tsxtb16 %[t], %[wd]\n\tsmlad %[" a "], %[xe], %[t], %[" a "]\n\t"                    \
+       "sxtb16 %[wd], %[wd], ror #8\n\tsmlad %[" a "], %[xo], %[wd], %[" a "]\n\t"
+
+/* Four depth values of row a against four weight rows (units 0, 1 at w and w + step, units 2, 3 at w2 and
+ * w2 + step) */
+#define DOT_1X4_STEP                                                                                     \
+  "ldr %[xo], [%[x], #8]\n\tldr %[xe], [%[x]], #16\n\t" DOT_1X4_UNIT("a1", "ldr %[wd], [%[w], %[step]]")  \
+      DOT_1X4_UNIT("a0", "ldr %[wd], [%[w]], #4") DOT_1X4_UNIT("a3", "ldr %[wd], [%[w2], %[step]]")          \
+          DOT_1X4_UNIT("a2", "ldr %[wd], [%[w2]], #4")
+
+/* acc[u] += (row a of x) . (weight row u at w + u w_step), u < 4: for a single row (a stream's frame, a last odd
+ * row), four weight rows sharing each load of the row; it reads only row a's pairs of widen_rows' layout. The
+ * loop in assembly (12 registers, post-indexed loads, no index arithmetic). */
 static void dot_1x4(const int32_t *x, const int8_t *w, int32_t w_step, int32_t depth, int32_t acc[4]) {
-  int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+  int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], xe, xo, wd, t, i;
   const int8_t *w2 = w + 2 * w_step; /* two pointers and one offset: units 0, 1 at w, units 2, 3 at w2 */
-  int32_t n;
-  for (n = depth >> 2; n > 0; --n, w += 4, w2 += 4, x += 4) {
-    const int32_t xa0 = x[0], xa1 = x[2];
-    int32_t u = edgeosc_read4(w);
-    a0 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a0));
-    u = edgeosc_read4(w + w_step);
-    a1 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a1));
-    u = edgeosc_read4(w2);
-    a2 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a2));
-    u = edgeosc_read4(w2 + w_step);
-    a3 = __smlad(xa1, edgeosc_sxtb16_ror8(u), __smlad(xa0, __sxtb16(u), a3));
-  }
-  for (depth &= 3; depth > 0; --depth, ++w, ++w2, x += 2)
-    a0 += x[0] * w[0], a1 += x[0] * w[w_step], a2 += x[0] * w2[0], a3 += x[0] * w2[w_step];
+  const int32_t *const x_end = x + 4 * (depth >> 2);
+  if (x != x_end)
+    __asm__("1:\n\t" DOT_1X4_STEP "cmp %[x], %[end]\n\tbne 1b"
+            : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [x] "+r"(x), [w] "+r"(w), [w2] "+r"(w2),
+              [xe] "=&r"(xe), [xo] "=&r"(xo), [wd] "=&r"(wd), [t] "=&r"(t)
+            : [step] "r"(w_step), [end] "r"(x_end)
+            : "cc", "memory");
+  for (i = 0; i < (depth & 3); ++i, x += 2)
+    a0 += x[0] * w[i], a1 += x[0] * w[w_step + i], a2 += x[0] * w2[i], a3 += x[0] * w2[w_step + i];
   acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
+}
+
+/* (row a of x) . (the weight row at w), for the units a multiple of 4 leaves */
+static int32_t dot_1x1(const int32_t *x, const int8_t *w, int32_t depth) {
+  int32_t acc = 0, n;
+  for (n = depth >> 2; n > 0; --n, w += 4, x += 4) {
+    const int32_t u = edgeosc_read4(w);
+    acc = __smlad(x[2], edgeosc_sxtb16_ror8(u), __smlad(x[0], __sxtb16(u), acc));
+  }
+  for (n = 0; n < (depth & 3); ++n, x += 2) acc += x[0] * w[n];
+  return acc;
 }
 
 /* Each channel's edgeosc_dsp_requant constants (EdgeoscChannelRequant.dsp's layout: 2M, right) written to k, once
@@ -151,17 +170,46 @@ static void requant_row(const Output *o, int32_t first, const int32_t *acc, int3
  * matrix product and the requantization. */
 #define UNIT_CHUNK 32
 
+/* row_dots for `quads` groups of four weight rows, bias given, depth a multiple of 4: the loop over the groups in
+ * assembly too, its four words of state (x, bias, acc, groups left) on the stack (as pair_dots_asm). */
+static void quad_dots_asm(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t quads,
+                          int32_t *acc) {
+  const int32_t *const x_end = x + depth, *xp = x;
+  const int8_t *wp = w, *w2 = w + 2 * depth;
+  int32_t a0, a1, a2, a3, step = depth;
+  int32_t xe = (int32_t)x, xo = (int32_t)bias, wd = (int32_t)acc, t = quads;
+  __asm__ volatile(
+      "sub sp, sp, #16\n\t"
+      "str %[xe], [sp]\n\tstr %[xo], [sp, #4]\n\tstr %[wd], [sp, #8]\n\tstr %[t], [sp, #12]\n\t"
+      "2:\n\t"
+      "ldr %[t], [sp, #4]\n\tldrd %[a0], %[a1], [%[t]], #8\n\tldrd %[a2], %[a3], [%[t]], #8\n\tstr %[t], [sp, #4]\n\t"
+      "ldr %[x], [sp]\n\t"
+      "1:\n\t" DOT_1X4_STEP "cmp %[x], %[end]\n\tbne 1b\n\t"
+      "add %[w], %[w2], %[step]\n\tadd %[w2], %[w], %[step], lsl #1\n\t" /* the next group: 4 rows on */
+      "ldr %[t], [sp, #8]\n\tstrd %[a0], %[a1], [%[t]], #8\n\tstrd %[a2], %[a3], [%[t]], #8\n\tstr %[t], [sp, #8]\n\t"
+      "ldr %[t], [sp, #12]\n\tsubs %[t], %[t], #1\n\tstr %[t], [sp, #12]\n\tbne 2b\n\t"
+      "add sp, sp, #16"
+      : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [x] "+r"(xp), [w] "+r"(wp), [w2] "+r"(w2),
+        [xe] "+r"(xe), [xo] "+r"(xo), [wd] "+r"(wd), [t] "+r"(t)
+      : [step] "r"(step), [end] "r"(x_end)
+      : "cc", "memory");
+}
+
 /* acc[u] = bias[u] + (x - zp) . w_u for one widened row (a stream's frame, a last odd row) and n weight rows:
- * four at a time, then the n % 4 left one by one (dot_1x4 with w_step 0 sums one unit four times). */
+ * four at a time, then the n % 4 left one by one. */
 static void row_dots(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t n,
                      int32_t *acc) {
-  int32_t u, i, m;
-  for (u = 0; u < n; u += m, w += m * depth) {
-    int32_t a[4] = {0, 0, 0, 0};
-    m = u + 4 <= n ? 4 : 1;
-    dot_1x4(x, w, m == 4 ? depth : 0, depth, a);
-    for (i = 0; i < m; ++i) acc[u + i] = a[i] + (bias ? bias[u + i] : 0);
+  int32_t u = 0, i;
+  if (bias && n >= 4 && (depth & 3) == 0) { /* the common case, all in assembly: see quad_dots_asm */
+    quad_dots_asm(x, w, bias, depth, n >> 2, acc);
+    u = n & ~3, w += u * depth;
   }
+  for (; u + 4 <= n; u += 4, w += 4 * depth) {
+    int32_t a[4] = {0, 0, 0, 0};
+    dot_1x4(x, w, depth, depth, a);
+    for (i = 0; i < 4; ++i) acc[u + i] = a[i] + (bias ? bias[u + i] : 0);
+  }
+  for (; u < n; ++u, w += depth) acc[u] = dot_1x1(x, w, depth) + (bias ? bias[u] : 0);
 }
 
 /* Four depth values of two rows by two weight rows (widen_rows' layout): a weight word takes one load and two
