@@ -762,13 +762,20 @@ void edgeosc_lut_int8(int32_t n, const int8_t *table, const int8_t *in, int8_t *
 }
 
 void edgeosc_transpose_int8(const EdgeoscTransposeParams *p, const int8_t *in, int8_t *out) {
+  const int32_t *s = p->in_strides, n3 = p->out_dims[3], s3 = s[3];
   int32_t d0, d1, d2, d3;
-  const int32_t *s = p->in_strides;
   for (d0 = 0; d0 < p->out_dims[0]; ++d0)
     for (d1 = 0; d1 < p->out_dims[1]; ++d1)
-      for (d2 = 0; d2 < p->out_dims[2]; ++d2)
-        for (d3 = 0; d3 < p->out_dims[3]; ++d3)
-          *out++ = in[d0 * s[0] + d1 * s[1] + d2 * s[2] + d3 * s[3]];
+      for (d2 = 0; d2 < p->out_dims[2]; ++d2) {
+        const int8_t *src = in + d0 * s[0] + d1 * s[1] + d2 * s[2];
+        d3 = 0;
+#if EDGEOSC_DSP /* a contiguous run (the heads' split and merge move rows of d_head values): a word at a time */
+        if (s3 == 1)
+          for (; d3 + 4 <= n3; d3 += 4, src += 4, out += 4)
+            *(edgeosc_unaligned_i32 *)(void *)out = edgeosc_read4(src);
+#endif
+        for (; d3 < n3; ++d3, src += s3) *out++ = *src;
+      }
 }
 
 void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out) {
