@@ -95,7 +95,7 @@ static void dot_1x4(const int32_t *x, const int8_t *w, int32_t w_step, int32_t d
 }
 
 /* (row a of x) . (the weight row at w), for the units a multiple of 4 leaves */
-static int32_t dot_1x1(const int32_t *x, const int8_t *w, int32_t depth) {
+static inline int32_t dot_1x1(const int32_t *x, const int8_t *w, int32_t depth) {
   int32_t acc = 0, n;
   for (n = depth >> 2; n > 0; --n, w += 4, x += 4) {
     const int32_t u = edgeosc_read4(w);
@@ -321,6 +321,18 @@ static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
   const Output o = {&p->rq, p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, U, wide + EDGEOSC_WIDE_WORDS(D)),
                     p->zp_out, p->act_min, p->act_max};
   int32_t r;
+  if (U == 1) { /* one output (a layer norm's mean): the weight row widened once, the rows read as int8 words */
+    int32_t sum_w = 0, d;
+    for (d = 0; d < D; ++d) sum_w += p->weights[d];
+    widen_rows(p->weights, p->weights, D, 0, wide);
+    sum_w = (p->bias ? p->bias[0] : 0) - p->zp_in * sum_w; /* (x - zp) . w = x . w - zp sum(w) */
+    for (r = 0; r < p->rows; ++r, in += D) {
+      const int32_t acc = dot_1x1(wide, in, D) + sum_w;
+      out[r] = o.k ? (int8_t)clamp(requant_dsp(acc, o.k[0], o.k[1], (1 << o.k[1]) >> 1, o.zp_out), o.lo, o.hi)
+                   : channel_out(&p->rq, 0, acc, o.zp_out, o.lo, o.hi);
+    }
+    return;
+  }
   for (r = 0; r < p->rows; r += 2) {
     const int32_t two = r + 1 < p->rows;
     widen_rows(in + r * D, in + (r + two) * D, D, p->zp_in, wide);
