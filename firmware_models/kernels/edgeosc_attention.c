@@ -58,9 +58,26 @@ void edgeosc_softmax_row_lut_int8(const int8_t *x, int n, const int32_t *exp_lut
   int i, bits_over_unit, exponent;
   for (i = 0; i < n; ++i)
     if (x[i] > max) max = x[i];
+#if EDGEOSC_DSP /* exps are >= 0: the shift's ties away from zero are an unsigned add that cannot wrap */
+  for (i = 0; i < n; ++i) sum += (int32_t)(((uint32_t)exp_lut[max - x[i]] + 2048u) >> 12);
+#else
   for (i = 0; i < n; ++i) sum += edgeosc_rdbpot(exp_lut[max - x[i]], 12);
+#endif
   scale = edgeosc_reciprocal(sum, 12, &bits_over_unit);
   exponent = bits_over_unit + 31 - 8;
+#if EDGEOSC_DSP
+  /* scale in [2^30, 2^31) and exps >= 0: SRDHM(e, scale) = SMMULR(e, 2 scale - 2^32) + e (edgeosc_simd.h) lies in
+   * [0, e], so the shift's ties away from zero are an unsigned add of 2^(exponent-1), which cannot wrap */
+  if (scale >= (1 << 30) && exponent >= 1 && exponent <= 31) {
+    const int32_t m2 = (int32_t)((uint32_t)scale << 1);
+    const uint32_t half = 1u << (exponent - 1);
+    for (i = 0; i < n; ++i) {
+      const int32_t e = exp_lut[max - x[i]], y = edgeosc_smmulr(e, m2) + e;
+      out[i] = (int8_t)__ssat((int32_t)(((uint32_t)y + half) >> exponent) - 128, 8);
+    }
+    return;
+  }
+#endif
   for (i = 0; i < n; ++i) /* a left-out entry has exp 0, so it lands on -128 as in the reference */
     out[i] = clamp8(edgeosc_rdbpot(edgeosc_srdhm(scale, exp_lut[max - x[i]]), exponent) - 128);
 }
@@ -77,6 +94,18 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
       edgeosc_widen4(edgeosc_read4(qi + d), zq2, qw + d / 2, qw + d / 2 + 1);
       base -= zk * (qi[d] + qi[d + 1] + qi[d + 2] + qi[d + 3] - 4 * zq);
     }
+    EdgeoscDspRequant q;
+    const int dsp = rounding == EDGEOSC_ROUND_AWAY && edgeosc_dsp_requant_init(&q, rq.multiplier, rq.shift);
+    if (dsp && dh == 8) { /* the default heads' width: the query's four pairs stay in registers */
+      const int32_t q0 = qw[0], q1 = qw[1], q2 = qw[2], q3 = qw[3];
+      for (j = 0; j < T; ++j, kh += 8) {
+        const int32_t w0 = edgeosc_read4(kh), w1 = edgeosc_read4(kh + 4);
+        int32_t acc = __smlad(q1, edgeosc_sxtb16_ror8(w0), __smlad(q0, __sxtb16(w0), base));
+        acc = __smlad(q3, edgeosc_sxtb16_ror8(w1), __smlad(q2, __sxtb16(w1), acc));
+        row[j] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc) + zo, 8);
+      }
+      return;
+    }
     for (j = 0; j < T; ++j) {
       const int8_t *kj = kh + (size_t)j * dh;
       int32_t acc = base;
@@ -84,7 +113,7 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
         const int32_t w = edgeosc_read4(kj + d);
         acc = __smlad(qw[d / 2 + 1], edgeosc_sxtb16_ror8(w), __smlad(qw[d / 2], __sxtb16(w), acc));
       }
-      row[j] = edgeosc_requant_int8(acc, rq, zo, rounding);
+      row[j] = dsp ? (int8_t)__ssat(edgeosc_dsp_requant(&q, acc) + zo, 8) : edgeosc_requant_int8(acc, rq, zo, rounding);
     }
     return;
   }
@@ -118,28 +147,38 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
                     EdgeoscRequant rq, int32_t zo, int rounding, int8_t *out) {
   int j, d;
 #if EDGEOSC_DSP
-  if (dv % 4 == 0) {
-    /* (a - za).(v - zv) = (a - za).v - zv sum(a - za); two keys per SMLAD: the pairs (a_j, a_j+1) against
-     * (v_j,d, v_j+1,d), gathered from two rows' SXTB16 lanes with PKHBT / PKHTB */
-    int32_t asum = 0;
+  if (dv % 4 == 0 && T <= 256) {
+    /* (a - za).(v - zv) = (a - za).v - zv sum(a - za); two keys per SMLAD: the pairs (a_j, a_j+1), packed once,
+     * against (v_j,d, v_j+1,d), gathered from two rows' SXTB16 lanes with PKHBT / PKHTB */
+    EdgeoscDspRequant q;
+    const int dsp = rounding == EDGEOSC_ROUND_AWAY && edgeosc_dsp_requant_init(&q, rq.multiplier, rq.shift);
+    int32_t asum = 0, apair[128];
+    const int pairs = T / 2;
     for (j = 0; j < T; ++j) asum += row[j] - za;
+    for (j = 0; j < pairs; ++j) apair[j] = edgeosc_pack16(row[2 * j] - za, row[2 * j + 1] - za);
     for (d = 0; d < dv; d += 4) {
       int32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
-      for (j = 0; j + 1 < T; j += 2) {
-        const int32_t a = (int32_t)(((uint32_t)(row[j] - za) & 0xFFFFu) | ((uint32_t)(row[j + 1] - za) << 16));
-        const int32_t w0 = edgeosc_read4(vh + (size_t)j * dv + d);
-        const int32_t w1 = edgeosc_read4(vh + (size_t)(j + 1) * dv + d);
-        const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1);
-        const int32_t o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
-        acc0 = __smlad(a, (int32_t)(((uint32_t)e0 & 0xFFFFu) | ((uint32_t)e1 << 16)), acc0); /* lanes d */
-        acc1 = __smlad(a, (int32_t)(((uint32_t)o0 & 0xFFFFu) | ((uint32_t)o1 << 16)), acc1); /* d + 1 */
-        acc2 = __smlad(a, (int32_t)(((uint32_t)e0 >> 16) | ((uint32_t)e1 & 0xFFFF0000u)), acc2); /* d + 2 */
-        acc3 = __smlad(a, (int32_t)(((uint32_t)o0 >> 16) | ((uint32_t)o1 & 0xFFFF0000u)), acc3); /* d + 3 */
+      const int8_t *v0 = vh + d;
+      for (j = 0; j < pairs; ++j, v0 += 2 * dv) {
+        const int32_t a = apair[j], w0 = edgeosc_read4(v0), w1 = edgeosc_read4(v0 + dv);
+        const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1), o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
+        acc0 = __smlad(a, edgeosc_pack_bottoms(e0, e1), acc0); /* lanes d */
+        acc1 = __smlad(a, edgeosc_pack_bottoms(o0, o1), acc1); /* d + 1 */
+        acc2 = __smlad(a, edgeosc_pack_tops(e0, e1), acc2);    /* d + 2 */
+        acc3 = __smlad(a, edgeosc_pack_tops(o0, o1), acc3);    /* d + 3 */
       }
+      j = 2 * pairs;
       if (j < T) {
         const int8_t *vj = vh + (size_t)j * dv + d;
         const int32_t aj = row[j] - za;
         acc0 += aj * vj[0], acc1 += aj * vj[1], acc2 += aj * vj[2], acc3 += aj * vj[3];
+      }
+      if (dsp) {
+        out[d] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc0 - zv * asum) + zo, 8);
+        out[d + 1] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc1 - zv * asum) + zo, 8);
+        out[d + 2] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc2 - zv * asum) + zo, 8);
+        out[d + 3] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc3 - zv * asum) + zo, 8);
+        continue;
       }
       out[d] = edgeosc_requant_int8(acc0 - zv * asum, rq, zo, rounding);
       out[d + 1] = edgeosc_requant_int8(acc1 - zv * asum, rq, zo, rounding);

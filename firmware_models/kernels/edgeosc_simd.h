@@ -40,6 +40,20 @@ static inline int32_t edgeosc_pack16(int32_t lo, int32_t hi) {
   return (int32_t)(((uint32_t)lo & 0xFFFFu) | ((uint32_t)hi << 16));
 }
 
+/* PKHBT / PKHTB (no ACLE intrinsic in GCC): (lo's bottom half, hi's bottom half) and (lo's top half, hi's top
+ * half) as int16 pairs, the first named half in the bottom lane. */
+static inline int32_t edgeosc_pack_bottoms(int32_t lo, int32_t hi) {
+  int32_t r;
+  __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+  return r;
+}
+
+static inline int32_t edgeosc_pack_tops(int32_t lo, int32_t hi) {
+  int32_t r;
+  __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
+  return r;
+}
+
 /* round(a * b / 2^32), ties up: SMMULR (no ACLE intrinsic). */
 static inline int32_t edgeosc_smmulr(int32_t a, int32_t b) {
   int32_t r;
