@@ -1,6 +1,14 @@
 /* Integer helpers reproducing TFLite's quantized arithmetic (see edgeosc_fixedpoint.h). */
 #include "edgeosc_fixedpoint.h"
 
+#include "edgeosc_simd.h"
+
+#if EDGEOSC_DSP
+#define SRDHM edgeosc_srdhm_dsp /* the Newton loops below: 32-bit products, one SMULL each */
+#else
+#define SRDHM edgeosc_srdhm
+#endif
+
 #define I32_MAX ((int32_t)0x7FFFFFFF)
 #define I32_MIN ((int32_t)(-I32_MAX - 1))
 
@@ -65,10 +73,10 @@ void edgeosc_inv_sqrt_multiplier(int32_t x, int32_t *multiplier, int *shift) {
   half_input = edgeosc_rdbpot(x >> 1, 1);
   y = 1 << 28; /* Newton-Raphson from 1.0 in Q3.28 */
   for (i = 0; i < 5; ++i) {
-    const int32_t y3 = sat_shl(edgeosc_srdhm(edgeosc_srdhm(y, y), y), 6);
-    y = sat_shl(wsub(edgeosc_srdhm(half_three, y), edgeosc_srdhm(half_input, y3)), 3);
+    const int32_t y3 = sat_shl(SRDHM(SRDHM(y, y), y), 6);
+    y = sat_shl(wsub(SRDHM(half_three, y), SRDHM(half_input, y3)), 3);
   }
-  inv = edgeosc_srdhm(y, 1518500250); /* * sqrt(2)/2 */
+  inv = SRDHM(y, 1518500250); /* * sqrt(2)/2 */
   if (s < 0) {
     inv = wshl(inv, -s);
     s = 0;
@@ -109,8 +117,8 @@ int32_t edgeosc_one_over_one_plus_x(int32_t a) {
   int32_t x = wadd(1515870810, edgeosc_srdhm(half, -1010580540)); /* 48/17 - 32/17 d, Q2.29 */
   int i;
   for (i = 0; i < 3; ++i) {
-    const int32_t one_minus = wsub(1 << 29, edgeosc_srdhm(half, x));
-    x = wadd(x, sat_shl(edgeosc_srdhm(x, one_minus), 2));
+    const int32_t one_minus = wsub(1 << 29, SRDHM(half, x));
+    x = wadd(x, sat_shl(SRDHM(x, one_minus), 2));
   }
   return sat_shl(x, 1);
 }

@@ -54,6 +54,17 @@ static inline int32_t edgeosc_pack_tops(int32_t lo, int32_t hi) {
   return r;
 }
 
+/* edgeosc_srdhm in one SMULL and the rounding's add-with-carry: the compiler's inlining of the C form can lose
+ * that both factors are 32-bit and multiply in 64 bits (three multiplies). */
+static inline int32_t edgeosc_srdhm_dsp(int32_t a, int32_t b) {
+  int32_t lo, hi;
+  if (a == b && a == (int32_t)0x80000000) return 0x7FFFFFFF;
+  __asm__("smull %0, %1, %2, %3\n\tadds %0, %0, #0x40000000\n\tadc %1, %1, #0\n\t"
+          "lsr %0, %0, #31\n\torr %0, %0, %1, lsl #1"
+          : "=&r"(lo), "=&r"(hi) : "r"(a), "r"(b) : "cc");
+  return lo;
+}
+
 /* round(a * b / 2^32), ties up: SMMULR (no ACLE intrinsic). */
 static inline int32_t edgeosc_smmulr(int32_t a, int32_t b) {
   int32_t r;
