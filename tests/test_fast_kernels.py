@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 
 import pytest
 
@@ -62,6 +63,24 @@ def test_dsp_path_equals_portable_path(core, tmp_path):
     rows = E.kernel_cycles(core, shapes=EDGE_SHAPES, work_dir=tmp_path, seed=3)
     assert [r["name"] for r in rows] == [s["name"] for s in EDGE_SHAPES]
     assert all(r["output"].size and r["cycles"] > 0 for r in rows)
+
+
+def test_dsp_loops_in_c_equal_the_portable_path(tmp_path):
+    # EDGEOSC_NO_ASM (and -O0, which cannot give the assembly loops their 13 registers) takes the loops in C
+    rows = E.kernel_cycles("cortex-m4", shapes=EDGE_SHAPES, work_dir=tmp_path, seed=4,
+                           flags=(*E.CFLAGS, "-DEDGEOSC_NO_ASM"))
+    assert len(rows) == len(EDGE_SHAPES)
+
+
+@pytest.mark.parametrize("level", ["-O0", "-O2"])
+def test_kernels_build_unoptimised_and_optimised_with_hard_float(level, tmp_path):
+    # -O0 keeps r7 as the frame pointer and hard float no core register to spare: the tightest register budget
+    if not shutil.which("arm-none-eabi-gcc"):
+        pytest.skip("no arm-none-eabi-gcc (apt-get install gcc-arm-none-eabi)")
+    run = subprocess.run(["arm-none-eabi-gcc", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16",
+                          level, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{E.KERNELS}", "-c",
+                          *map(str, E.KERNEL_SOURCES)], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
 
 def test_dscnn_depthwise_is_faster_on_the_dsp_path(tmp_path):

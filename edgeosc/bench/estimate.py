@@ -582,19 +582,19 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
 
 
 def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None, work_dir: str | Path | None = None,
-                  seed: int = 0) -> list[dict]:
+                  seed: int = 0, flags: Sequence[str] = CFLAGS) -> list[dict]:
     """Cycles of each builtin kernel alone, on its fast path (EDGEOSC_DSP on cores with the DSP extension) and on
     the portable reference path (-DEDGEOSC_PORTABLE), both emulated on `core` with the same random int8 data.
 
     One row per kernel (default_kernel_shapes() unless given): op, name, shape, macs, cycles and cycles_per_mac
     (the fast path), reference_cycles and reference_cycles_per_mac (None for ADD / SUB, which have no MACs),
     cycles_per_output, speedup. The fast path's output must equal the reference path's, bit for bit, or
-    RuntimeError is raised.
+    RuntimeError is raised. `flags`: the fast build's (e.g. -DEDGEOSC_NO_ASM for its loops in C).
     """
     work = Path(work_dir) if work_dir else cache_dir()
     driver = _text(work, "kernels", KERNEL_DRIVER)
     sources = [*KERNEL_SOURCES, driver]
-    fast = build(sources, core, work)
+    fast = build(sources, core, work, flags=flags)
     portable = build(sources, core, work / "portable", flags=(*CFLAGS, "-DEDGEOSC_PORTABLE"))
     rng = np.random.default_rng(seed)
     rows = []

@@ -83,12 +83,27 @@ static void dot_1x4(const int32_t *x, const int8_t *w, int32_t w_step, int32_t d
   int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], xe, xo, wd, t, i;
   const int8_t *w2 = w + 2 * w_step; /* two pointers and one offset: units 0, 1 at w, units 2, 3 at w2 */
   const int32_t *const x_end = x + 4 * (depth >> 2);
+#if EDGEOSC_ASM
   if (x != x_end)
     __asm__("1:\n\t" DOT_1X4_STEP "cmp %[x], %[end]\n\tbne 1b"
             : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [x] "+r"(x), [w] "+r"(w), [w2] "+r"(w2),
               [xe] "=&r"(xe), [xo] "=&r"(xo), [wd] "=&r"(wd), [t] "=&r"(t)
             : [step] "r"(w_step), [end] "r"(x_end)
             : "cc", "memory");
+#else
+  for (; x != x_end; x += 4, w += 4, w2 += 4) {
+    xe = x[0], xo = x[2];
+    wd = edgeosc_read4(w);
+    a0 = __smlad(xo, edgeosc_sxtb16_ror8(wd), __smlad(xe, __sxtb16(wd), a0));
+    wd = edgeosc_read4(w + w_step);
+    a1 = __smlad(xo, edgeosc_sxtb16_ror8(wd), __smlad(xe, __sxtb16(wd), a1));
+    wd = edgeosc_read4(w2);
+    a2 = __smlad(xo, edgeosc_sxtb16_ror8(wd), __smlad(xe, __sxtb16(wd), a2));
+    wd = edgeosc_read4(w2 + w_step);
+    a3 = __smlad(xo, edgeosc_sxtb16_ror8(wd), __smlad(xe, __sxtb16(wd), a3));
+  }
+  (void)t;
+#endif
   for (i = 0; i < (depth & 3); ++i, x += 2)
     a0 += x[0] * w[i], a1 += x[0] * w[w_step + i], a2 += x[0] * w2[i], a3 += x[0] * w2[w_step + i];
   acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
@@ -170,6 +185,7 @@ static void requant_row(const Output *o, int32_t first, const int32_t *acc, int3
  * matrix product and the requantization. */
 #define UNIT_CHUNK 32
 
+#if EDGEOSC_ASM
 /* row_dots for `quads` groups of four weight rows, bias given, depth a multiple of 4: the loop over the groups in
  * assembly too, its four words of state (x, bias, acc, groups left) on the stack (as pair_dots_asm). */
 static void quad_dots_asm(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t quads,
@@ -194,16 +210,19 @@ static void quad_dots_asm(const int32_t *x, const int8_t *w, const int32_t *bias
       : [step] "r"(step), [end] "r"(x_end)
       : "cc", "memory");
 }
+#endif
 
 /* acc[u] = bias[u] + (x - zp) . w_u for one widened row (a stream's frame, a last odd row) and n weight rows:
  * four at a time, then the n % 4 left one by one. */
 static void row_dots(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t n,
                      int32_t *acc) {
   int32_t u = 0, i;
-  if (bias && n >= 4 && (depth & 3) == 0) { /* the common case, all in assembly: see quad_dots_asm */
+#if EDGEOSC_ASM
+  if (bias && n >= 4 && (depth & 3) == 0) { /* the common case, all in assembly */
     quad_dots_asm(x, w, bias, depth, n >> 2, acc);
     u = n & ~3, w += u * depth;
   }
+#endif
   for (; u + 4 <= n; u += 4, w += 4 * depth) {
     int32_t a[4] = {0, 0, 0, 0};
     dot_1x4(x, w, depth, depth, a);
@@ -233,12 +252,24 @@ __attribute__((always_inline)) static inline void dot_2x2(const int32_t *x, cons
   int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3], xa, xb, w0, w1, t, i;
   const int32_t *xp = x;
   const int8_t *wp = w;
+#if EDGEOSC_ASM
   if (xp != x_end8)
     __asm__("1:\n\t" DOT_2X2_STEP DOT_2X2_STEP "cmp %[x], %[end]\n\tbne 1b"
             : DOT_2X2_OPERANDS
             : [step] "r"(step), [end] "r"(x_end8)
             : "cc", "memory");
   if (depth & 4) __asm__(DOT_2X2_STEP : DOT_2X2_OPERANDS : [step] "r"(step) : "memory");
+#else
+  for (; xp != x_end8 + 4 * ((depth >> 2) & 1); xp += 4, wp += 4) {
+    xa = edgeosc_read4(wp), xb = edgeosc_read4(wp + step), w0 = __sxtb16(xa), w1 = __sxtb16(xb);
+    a00 = __smlad(xp[0], w0, a00), a10 = __smlad(xp[1], w0, a10);
+    a01 = __smlad(xp[0], w1, a01), a11 = __smlad(xp[1], w1, a11);
+    w0 = edgeosc_sxtb16_ror8(xa), w1 = edgeosc_sxtb16_ror8(xb);
+    a00 = __smlad(xp[2], w0, a00), a10 = __smlad(xp[3], w0, a10);
+    a01 = __smlad(xp[2], w1, a01), a11 = __smlad(xp[3], w1, a11);
+  }
+  (void)t;
+#endif
   for (i = 0; i < (depth & 3); ++i, xp += 2) {
     a00 += xp[0] * wp[i], a01 += xp[0] * wp[step + i];
     a10 += xp[1] * wp[i], a11 += xp[1] * wp[step + i];
@@ -246,6 +277,7 @@ __attribute__((always_inline)) static inline void dot_2x2(const int32_t *x, cons
   acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
 }
 
+#if EDGEOSC_ASM
 /* two_row_dots for `pairs` pairs of weight rows, bias given, depth a multiple of 8: the loop over the pairs in
  * assembly too, its four words of state (x, bias, acc, pairs left) on the stack, as the dot loop holds 13
  * registers. Per pair: the accumulators start at the two biases (LDRD), the dot loop runs, the weights step
@@ -273,16 +305,19 @@ static void pair_dots_asm(const int32_t *x, const int8_t *w, const int32_t *bias
       : [step] "r"(step), [end] "r"(x_end8), [row1] "i"(4 * UNIT_CHUNK), [row1_next] "i"(4 * UNIT_CHUNK + 4)
       : "cc", "memory");
 }
+#endif
 
 /* acc[u] and acc[UNIT_CHUNK + u] = bias[u] + (x_r - zp) . w_u for the two widened rows in x and n weight rows,
  * two weight rows at a time (a last odd one paired with itself). */
 __attribute__((noinline)) static void two_row_dots(const int32_t *x, const int8_t *w, const int32_t *bias,
                                                    int32_t depth, int32_t n, int32_t *acc) {
   int32_t u = 0, a[4];
-  if (bias && n >= 2 && (depth & 7) == 0) { /* the common case, all in assembly: see pair_dots_asm */
+#if EDGEOSC_ASM
+  if (bias && n >= 2 && (depth & 7) == 0) { /* the common case, all in assembly */
     pair_dots_asm(x, w, bias, depth, n >> 1, acc);
     u = n & ~1, w += u * depth, acc += u;
   }
+#endif
   for (; u + 2 <= n; u += 2, w += 2 * depth, acc += 2) {
     a[0] = a[2] = bias ? bias[u] : 0;
     a[1] = a[3] = bias ? bias[u + 1] : 0;

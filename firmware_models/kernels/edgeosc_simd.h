@@ -99,6 +99,15 @@ static inline int32_t edgeosc_dsp_requant(const EdgeoscDspRequant *q, int32_t ac
 #define EDGEOSC_DSP 0
 #endif
 
+/* EDGEOSC_ASM: the DSP path's matrix-product loops in Thumb-2 assembly (edgeosc_ops.c). They hold 13 registers,
+ * which an unoptimised build cannot give (gcc -O0 keeps r7 as its frame pointer), so such builds, and any with
+ * EDGEOSC_NO_ASM, take the same loops in C (same integers, about a third slower). */
+#if EDGEOSC_DSP && defined(__OPTIMIZE__) && !defined(EDGEOSC_NO_ASM)
+#define EDGEOSC_ASM 1
+#else
+#define EDGEOSC_ASM 0
+#endif
+
 /* EDGEOSC_NEON: AArch64 Advanced SIMD (Cortex-A53/A72 and up), arm_neon.h. */
 #if defined(__ARM_NEON) && defined(__aarch64__) && !defined(EDGEOSC_PORTABLE)
 #define EDGEOSC_NEON 1
