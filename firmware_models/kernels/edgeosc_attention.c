@@ -142,30 +142,36 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
   }
 }
 
+#define MIX_PAIRS 64 /* mix_row's packed probability pairs on the stack (256 bytes): windows to 128 keys pack once */
+
 /* out_i = row (length T) times vh [T, dv]. */
 static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t za, int32_t zv,
                     EdgeoscRequant rq, int32_t zo, int rounding, int8_t *out) {
   int j, d;
 #if EDGEOSC_DSP
-  if (dv % 4 == 0 && T <= 256) {
+  if (dv % 4 == 0) {
     /* (a - za).(v - zv) = (a - za).v - zv sum(a - za); two keys per SMLAD: the pairs (a_j, a_j+1), packed once,
      * against (v_j,d, v_j+1,d), gathered from two rows' SXTB16 lanes with PKHBT / PKHTB */
     EdgeoscDspRequant q;
     const int dsp = rounding == EDGEOSC_ROUND_AWAY && edgeosc_dsp_requant_init(&q, rq.multiplier, rq.shift);
-    int32_t asum = 0, apair[128];
+    int32_t asum = 0, apair[MIX_PAIRS];
     const int pairs = T / 2;
     for (j = 0; j < T; ++j) asum += row[j] - za;
-    for (j = 0; j < pairs; ++j) apair[j] = edgeosc_pack16(row[2 * j] - za, row[2 * j + 1] - za);
     for (d = 0; d < dv; d += 4) {
-      int32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
+      int32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0, c, n;
       const int8_t *v0 = vh + d;
-      for (j = 0; j < pairs; ++j, v0 += 2 * dv) {
-        const int32_t a = apair[j], w0 = edgeosc_read4(v0), w1 = edgeosc_read4(v0 + dv);
-        const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1), o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
-        acc0 = __smlad(a, edgeosc_pack_bottoms(e0, e1), acc0); /* lanes d */
-        acc1 = __smlad(a, edgeosc_pack_bottoms(o0, o1), acc1); /* d + 1 */
-        acc2 = __smlad(a, edgeosc_pack_tops(e0, e1), acc2);    /* d + 2 */
-        acc3 = __smlad(a, edgeosc_pack_tops(o0, o1), acc3);    /* d + 3 */
+      for (c = 0; c < pairs; c += MIX_PAIRS) { /* MIX_PAIRS pairs at a time (the stack), packed once if all fit */
+        n = pairs - c < MIX_PAIRS ? pairs - c : MIX_PAIRS;
+        if (d == 0 || pairs > MIX_PAIRS)
+          for (j = 0; j < n; ++j) apair[j] = edgeosc_pack16(row[2 * (c + j)] - za, row[2 * (c + j) + 1] - za);
+        for (j = 0; j < n; ++j, v0 += 2 * dv) {
+          const int32_t a = apair[j], w0 = edgeosc_read4(v0), w1 = edgeosc_read4(v0 + dv);
+          const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1), o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
+          acc0 = __smlad(a, edgeosc_pack_bottoms(e0, e1), acc0); /* lanes d */
+          acc1 = __smlad(a, edgeosc_pack_bottoms(o0, o1), acc1); /* d + 1 */
+          acc2 = __smlad(a, edgeosc_pack_tops(e0, e1), acc2);    /* d + 2 */
+          acc3 = __smlad(a, edgeosc_pack_tops(o0, o1), acc3);    /* d + 3 */
+        }
       }
       j = 2 * pairs;
       if (j < T) {
