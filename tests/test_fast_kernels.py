@@ -47,7 +47,8 @@ EDGE_SHAPES = [
     # the DSP path scales only the input of the smaller scale: each input in that place, both signs, equal scales
     dict(op="SUB", name="sub, a the larger", rows=3, cols=10, scales=(0.2, 0.05, 0.1)),
     dict(op="SUB", name="sub, b the larger", rows=3, cols=10, scales=(0.05, 0.2, 0.1)),
-    dict(op="SUB", name="sub of a row broadcast, b the larger", rows=3, cols=6, row_broadcast=1, scales=(0.03, 0.1, 0.1)),
+    dict(op="SUB", name="sub of a row broadcast, b the larger", rows=3, cols=6, row_broadcast=1,
+         scales=(0.03, 0.1, 0.1)),
     dict(op="ADD", name="add of a row broadcast, a the larger, relu", rows=2, cols=5, row_broadcast=1,
          scales=(0.1, 0.03, 0.05), act=(-40, 127)),
     dict(op="ADD", name="add, equal scales (portable)", rows=2, cols=8, scales=(0.07, 0.07, 0.1)),

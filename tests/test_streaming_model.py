@@ -121,3 +121,20 @@ def test_settings_that_cannot_stream_are_refused(tmp_path):
     from edgeosc.quant import quantize_model
     with pytest.raises(ValueError, match="streaming variant"):
         quantize_model(model, QuantConfig())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_state_from_another_model_window_or_batch_is_refused(kind):
+    model, other = net(kind, 8), net(kind, 8, seed=1)
+    _, state = stream(model, torch.randn(2, 3, 40))
+    with pytest.raises(ValueError, match="another model"):
+        other.stream_step(torch.randn(2, 40), state)
+    with pytest.raises(ValueError, match="batch of 2 streams, the frame has 1"):
+        model.stream_step(torch.randn(1, 40), state)
+    with pytest.raises(ValueError, match="not a stream state"):
+        model.stream_step(torch.randn(2, 40), {"stem": torch.zeros(2, 2, 40)})
+    model.set_window(4)
+    with pytest.raises(ValueError, match="8-frame window and the model now attends over 4"):
+        model.stream_step(torch.randn(2, 40), state)
+    y, fresh = model.stream_step(torch.randn(2, 40), None)  # a reset starts over
+    assert y.shape == (2, 3) and model.stream_step(torch.randn(2, 40), fresh)[0].shape == (2, 3)

@@ -109,16 +109,36 @@ class KWSTransformer(Hooked):
         for block in self.blocks:
             block.attn.window = window
 
+    def _stream_state(self, state: dict | None, batch: int) -> dict:
+        """A new stream's state (None), or `state` checked to be this model's, at this window and batch: a state is
+        only meaningful to the model that made it (its sums are of this model's keys and values)."""
+        owner = (id(self), self.window, batch)
+        if state is None:
+            return {"owner": owner}
+        if not isinstance(state, dict) or "owner" not in state:
+            raise ValueError("stream_step: state is not a stream state (pass None to start a stream, then the state "
+                             "each call returns)")
+        made_by, window, made_batch = state["owner"]
+        if made_by != id(self):
+            raise ValueError("stream_step: this state was made by another model; start the stream with state=None")
+        if window != self.window:
+            raise ValueError(f"stream_step: this state holds a {window}-frame window and the model now attends over "
+                             f"{self.window} (set_window): start the stream again with state=None")
+        if made_batch != batch:
+            raise ValueError(f"stream_step: this state is for a batch of {made_batch} streams, the frame has {batch}")
+        return state
+
     def stream_step(self, frame: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
         """One feature frame [B, C] of a stream -> (its logits [B, classes], the state to pass with the next frame).
         state None starts a stream (as forward starts a clip). What it holds: the stem's two previous frames, per
-        block the attention's state (attention.py's step), the pooling's last `window` frames and their sum."""
+        block the attention's state (attention.py's step), the pooling's last `window` frames and their sum, and
+        whose state it is (another model's, another window's or another batch's is refused by name)."""
         if not self.window:
             raise ValueError("stream_step needs the streaming variant (ModelConfig.window > 0)")
         if frame.dim() != 2 or frame.shape[1] != self.cfg.n_coeffs:
             raise ValueError(f"stream_step takes one frame [batch, {self.cfg.n_coeffs}] of this model's features, "
                              f"got {tuple(frame.shape)}")
-        state = {} if state is None else state
+        state = self._stream_state(state, frame.shape[0])
         past = state.get("stem", frame.new_zeros(frame.shape[0], 2, frame.shape[1]))
         frames = torch.cat([past, frame[:, None]], 1)  # [B,3,C]
         x = self.stem(frames.transpose(1, 2)).transpose(1, 2)  # [B,1,d]

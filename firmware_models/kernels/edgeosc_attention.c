@@ -166,7 +166,8 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
           for (j = 0; j < n; ++j) apair[j] = edgeosc_pack16(row[2 * (c + j)] - za, row[2 * (c + j) + 1] - za);
         for (j = 0; j < n; ++j, v0 += 2 * dv) {
           const int32_t a = apair[j], w0 = edgeosc_read4(v0), w1 = edgeosc_read4(v0 + dv);
-          const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1), o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
+          const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1);
+          const int32_t o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
           acc0 = __smlad(a, edgeosc_pack_bottoms(e0, e1), acc0); /* lanes d */
           acc1 = __smlad(a, edgeosc_pack_bottoms(o0, o1), acc1); /* d + 1 */
           acc2 = __smlad(a, edgeosc_pack_tops(e0, e1), acc2);    /* d + 2 */

@@ -1,7 +1,7 @@
 /* Int8 builtin ops (see edgeosc_ops.h). The portable loops follow TFLite's reference kernels; only the
  * integer results matter, and int32 accumulation is exact here (no overflow at these sizes), so the loop
- * order is free. CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED have a DSP path and a NEON path
- * (edgeosc_simd.h), with the same integers. */
+ * order is free. CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED have a DSP path and a NEON path, ADD / SUB and
+ * TRANSPOSE a DSP path (edgeosc_simd.h), with the same integers. */
 #include "edgeosc_ops.h"
 
 #include "edgeosc_attention.h"
@@ -78,7 +78,7 @@ static void widen_rows(const int8_t *a, const int8_t *b, int32_t depth, int32_t 
 
 /* acc[u] += (row a of x) . (weight row u at w + u w_step), u < 4: for a single row (a stream's frame, a last odd
  * row), four weight rows sharing each load of the row; it reads only row a's pairs of widen_rows' layout. The
- * loop in assembly (12 registers, post-indexed loads, no index arithmetic). */
+ * loop in assembly where EDGEOSC_ASM (13 registers, post-indexed loads, no index arithmetic). */
 static void dot_1x4(const int32_t *x, const int8_t *w, int32_t w_step, int32_t depth, int32_t acc[4]) {
   int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], xe, xo, wd, t, i;
   const int8_t *w2 = w + 2 * w_step; /* two pointers and one offset: units 0, 1 at w, units 2, 3 at w2 */
@@ -155,11 +155,12 @@ static inline int32_t clamp_to_127(int32_t y, int32_t lo) { return (int32_t)__us
 static void requant_row(const Output *o, int32_t first, const int32_t *acc, int32_t n, int8_t *out) {
   const int32_t zp_out = o->zp_out, lo = o->lo, hi = o->hi;
   int32_t u;
-  if (!o->k || hi != 127) { /* the portable requantization, or an activation capped below 127 (ReLU6) */
+  if (!o->k) { /* constants the DSP arithmetic cannot take */
+    for (u = 0; u < n; ++u) out[u] = channel_out(o->rq, first + u, acc[u], zp_out, lo, hi);
+  } else if (hi != 127) { /* an activation capped below 127 (ReLU6) */
     for (u = 0; u < n; ++u) {
       const int32_t *k = o->k + (o->rq->per_channel ? 2 * (first + u) : 0);
-      out[u] = o->k ? (int8_t)clamp(requant_dsp(acc[u], k[0], k[1], (1 << k[1]) >> 1, zp_out), lo, hi)
-                    : channel_out(o->rq, first + u, acc[u], zp_out, lo, hi);
+      out[u] = (int8_t)clamp(requant_dsp(acc[u], k[0], k[1], (1 << k[1]) >> 1, zp_out), lo, hi);
     }
   } else if (o->rq->per_channel) {
     const int32_t *k = o->k + 2 * first;
@@ -247,7 +248,8 @@ static void row_dots(const int32_t *x, const int8_t *w, const int32_t *bias, int
 
 /* acc[0..3] = (a00, a01, a10, a11) plus the dot products of the two widened rows in x with the weight rows at
  * w and w + step, depth values each, eight a loop trip. */
-__attribute__((always_inline)) static inline void dot_2x2(const int32_t *x, const int8_t *w, int32_t step, int32_t depth, int32_t acc[4]) {
+__attribute__((always_inline)) static inline void dot_2x2(const int32_t *x, const int8_t *w, int32_t step,
+                                                          int32_t depth, int32_t acc[4]) {
   const int32_t *const x_end8 = x + 8 * (depth >> 3);
   int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3], xa, xb, w0, w1, t, i;
   const int32_t *xp = x;
@@ -379,8 +381,9 @@ static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
 static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c, pixels = p->out_h * p->out_w;
   int8_t *const patch = (int8_t *)(wide + EDGEOSC_WIDE_WORDS(K));
-  const Output q = {&p->rq, p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, C, wide + EDGEOSC_WIDE_WORDS(K) + (K + 1) / 2),
-                    p->zp_out, p->act_min, p->act_max};
+  const int32_t *const k =
+      p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, C, wide + EDGEOSC_WIDE_WORDS(K) + (K + 1) / 2);
+  const Output q = {&p->rq, k, p->zp_out, p->act_min, p->act_max};
   int32_t o;
   for (o = 0; o < pixels; o += 2) {
     const int32_t two = o + 1 < pixels;
@@ -667,23 +670,26 @@ static inline int32_t add_scaled(int32_t v, int32_t zp, int32_t m2, int32_t half
 }
 
 /* One row of n outputs: out[k] = clamp(requant(gs G(g[k]) + hs (h[k] - zh) 2^19) + zp_out, lo, 127) with G the
- * scaled input's term; an input with step 0 (it broadcasts along the row) is taken once, the other steps 1. gs, hs: +-1, literal
- * at each call, so each sign pattern compiles to its own loop. */
+ * scaled input's term; an input with step 0 (it broadcasts along the row) is taken once, the other steps 1.
+ * gs, hs: +-1, literal at each call, so each sign pattern compiles to its own loop. */
 __attribute__((always_inline)) static inline void add_row_signed(const AddScaled *q, const int8_t *g, int32_t g_step,
-                                                         const int8_t *h, int32_t h_step, int32_t zh, int32_t n,
-                                                         const EdgeoscDspRequant *qo, int32_t zp_out, int32_t lo,
-                                                         int8_t *out, const int32_t gs, const int32_t hs) {
+                                                                 const int8_t *h, int32_t h_step, int32_t zh,
+                                                                 int32_t n, const EdgeoscDspRequant *qo,
+                                                                 int32_t zp_out, int32_t lo, int8_t *out,
+                                                                 const int32_t gs, const int32_t hs) {
   const int32_t zg = q->zp, m2 = q->m2, half = q->half, right = q->right;
   const int32_t om2 = qo->m2, ohalf = qo->half, oright = qo->right;
   int32_t k;
   if (h_step == 0) {
     const int32_t hv = hs * ((*h - zh) * (1 << 19));
     for (k = 0; k < n; ++k)
-      out[k] = (int8_t)clamp_to_127(requant_dsp(gs * add_scaled(g[k], zg, m2, half, right) + hv, om2, oright, ohalf, zp_out), lo);
+      out[k] = (int8_t)clamp_to_127(
+          requant_dsp(gs * add_scaled(g[k], zg, m2, half, right) + hv, om2, oright, ohalf, zp_out), lo);
   } else if (g_step == 0) {
     const int32_t gv = gs * add_scaled(*g, zg, m2, half, right);
     for (k = 0; k < n; ++k)
-      out[k] = (int8_t)clamp_to_127(requant_dsp(gv + hs * ((h[k] - zh) * (1 << 19)), om2, oright, ohalf, zp_out), lo);
+      out[k] = (int8_t)clamp_to_127(
+          requant_dsp(gv + hs * ((h[k] - zh) * (1 << 19)), om2, oright, ohalf, zp_out), lo);
   } else {
     for (k = 0; k < n; ++k)
       out[k] = (int8_t)clamp_to_127(
@@ -726,15 +732,11 @@ static int add_dsp(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, 
       for (d2 = 0; d2 < s->dims[2]; ++d2, out += n) {
         const int8_t *ra = a + d0 * s->stride_a[0] + d1 * s->stride_a[1] + d2 * s->stride_a[2];
         const int8_t *rb = b + d0 * s->stride_b[0] + d1 * s->stride_b[1] + d2 * s->stride_b[2];
-        if (!half_a) /* a scaled, b at 1/2: a + b or a - b */
-          if (p->subtract)
-            add_row(&q, ra, sa, rb, sb, p->zp_b, n, &qo, p->zp_out, p->act_min, out, 1, -1);
-          else
-            add_row(&q, ra, sa, rb, sb, p->zp_b, n, &qo, p->zp_out, p->act_min, out, 1, 1);
-        else if (p->subtract) /* a at 1/2, b scaled: a - b */
-          add_row(&q, rb, sb, ra, sa, p->zp_a, n, &qo, p->zp_out, p->act_min, out, -1, 1);
+        const int32_t sign = p->subtract ? -1 : 1; /* on b's term */
+        if (half_a) /* b scaled, a at 1/2 */
+          add_row(&q, rb, sb, ra, sa, p->zp_a, n, &qo, p->zp_out, p->act_min, out, sign, 1);
         else
-          add_row(&q, rb, sb, ra, sa, p->zp_a, n, &qo, p->zp_out, p->act_min, out, 1, 1);
+          add_row(&q, ra, sa, rb, sb, p->zp_b, n, &qo, p->zp_out, p->act_min, out, 1, sign);
       }
   return 1;
 }
