@@ -141,10 +141,11 @@ typedef struct {
   int32_t zp_out, lo, hi;
 } Output;
 
-/* edgeosc_dsp_requant(acc) + zp_out for the constants (2M, right) of one channel, with half = 2^(right-1) */
+/* edgeosc_dsp_requant(acc) + zp_out for the constants (2M, right) of one channel, with half = 2^(right-1): as
+ * scalars, so that loops keep them in registers */
 static inline int32_t requant_dsp(int32_t acc, int32_t m2, int32_t right, int32_t half, int32_t zp_out) {
-  const int32_t x = edgeosc_smmulr(acc, m2) + acc;
-  return ((__qadd(x, half) + (x >> 31)) >> right) + zp_out;
+  const EdgeoscDspRequant q = {m2, 0, right, half};
+  return edgeosc_dsp_requant(&q, acc) + zp_out;
 }
 
 /* clamp(y, lo, 127) without a branch: SSAT to int8, then max with lo as USAT of the difference (at most 255) */
