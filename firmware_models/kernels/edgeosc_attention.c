@@ -82,6 +82,15 @@ void edgeosc_softmax_row_lut_int8(const int8_t *x, int n, const int32_t *exp_lut
     out[i] = clamp8(edgeosc_rdbpot(edgeosc_srdhm(scale, exp_lut[max - x[i]]), exponent) - 128);
 }
 
+#if EDGEOSC_DSP
+/* A core's int8 output: edgeosc_dsp_requant with the constants q where they qualified (TFLite Micro's rounding),
+ * else edgeosc_requant_int8 (q NULL). */
+static inline int8_t core_requant(const EdgeoscDspRequant *q, int32_t acc, EdgeoscRequant rq, int32_t zo,
+                                  int rounding) {
+  return q ? (int8_t)__ssat(edgeosc_dsp_requant(q, acc) + zo, 8) : edgeosc_requant_int8(acc, rq, zo, rounding);
+}
+#endif
+
 /* One row of q k^T for query i of a head: T requantized scores. */
 static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t zq, int32_t zk,
                       EdgeoscRequant rq, int32_t zo, int rounding, int8_t *row) {
@@ -102,7 +111,7 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
         const int32_t w0 = edgeosc_read4(kh), w1 = edgeosc_read4(kh + 4);
         int32_t acc = __smlad(q1, edgeosc_sxtb16_ror8(w0), __smlad(q0, __sxtb16(w0), base));
         acc = __smlad(q3, edgeosc_sxtb16_ror8(w1), __smlad(q2, __sxtb16(w1), acc));
-        row[j] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc) + zo, 8);
+        row[j] = core_requant(&q, acc, rq, zo, rounding);
       }
       return;
     }
@@ -113,7 +122,7 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
         const int32_t w = edgeosc_read4(kj + d);
         acc = __smlad(qw[d / 2 + 1], edgeosc_sxtb16_ror8(w), __smlad(qw[d / 2], __sxtb16(w), acc));
       }
-      row[j] = dsp ? (int8_t)__ssat(edgeosc_dsp_requant(&q, acc) + zo, 8) : edgeosc_requant_int8(acc, rq, zo, rounding);
+      row[j] = core_requant(dsp ? &q : 0, acc, rq, zo, rounding);
     }
     return;
   }
@@ -180,17 +189,10 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
         const int32_t aj = row[j] - za;
         acc0 += aj * vj[0], acc1 += aj * vj[1], acc2 += aj * vj[2], acc3 += aj * vj[3];
       }
-      if (dsp) {
-        out[d] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc0 - zv * asum) + zo, 8);
-        out[d + 1] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc1 - zv * asum) + zo, 8);
-        out[d + 2] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc2 - zv * asum) + zo, 8);
-        out[d + 3] = (int8_t)__ssat(edgeosc_dsp_requant(&q, acc3 - zv * asum) + zo, 8);
-        continue;
-      }
-      out[d] = edgeosc_requant_int8(acc0 - zv * asum, rq, zo, rounding);
-      out[d + 1] = edgeosc_requant_int8(acc1 - zv * asum, rq, zo, rounding);
-      out[d + 2] = edgeosc_requant_int8(acc2 - zv * asum, rq, zo, rounding);
-      out[d + 3] = edgeosc_requant_int8(acc3 - zv * asum, rq, zo, rounding);
+      out[d] = core_requant(dsp ? &q : 0, acc0 - zv * asum, rq, zo, rounding);
+      out[d + 1] = core_requant(dsp ? &q : 0, acc1 - zv * asum, rq, zo, rounding);
+      out[d + 2] = core_requant(dsp ? &q : 0, acc2 - zv * asum, rq, zo, rounding);
+      out[d + 3] = core_requant(dsp ? &q : 0, acc3 - zv * asum, rq, zo, rounding);
     }
     return;
   }
