@@ -100,13 +100,15 @@ def test_default_kernels_are_faster_on_the_dsp_path(tmp_path):
 
 @pytest.mark.parametrize("gated", [True, False])
 def test_streaming_linear_core_is_exact_on_both_paths(gated, tmp_path):
-    """Each hop's update (the new key added, the expired one removed) and query on Cortex-M4, every output checked
-    against the integer reference over its window by linear_hop_cycles, on the DSP path (the coupling's two keys
-    in one SMLAD) and the portable one."""
+    """Each hop's step (the new key added, the expired one removed, the query read in the same pass) on Cortex-M4,
+    every output checked against the integer reference over its window by linear_hop_cycles: on the DSP path in
+    assembly, in C (EDGEOSC_NO_ASM) and on the portable one. Two anchors at int8's -1 make ungated readouts leave
+    int16, which the DSP pass hands to the portable loops."""
     kw = dict(core="cortex-m4", heads=2, d_head=6, p=3, gated=gated)
     dsp = E.linear_hop_cycles(**kw, work_dir=tmp_path / "dsp")
+    in_c = E.linear_hop_cycles(**kw, work_dir=tmp_path / "c", flags=(*E.CFLAGS, "-DEDGEOSC_NO_ASM"))
     portable = E.linear_hop_cycles(**kw, work_dir=tmp_path / "portable", flags=(*E.CFLAGS, "-DEDGEOSC_PORTABLE"))
-    assert dsp < portable, (dsp, portable)
+    assert dsp < in_c < portable, (dsp, in_c, portable)
 
 
 @pytest.mark.parametrize("d_head", [6, 8, 16])

@@ -372,73 +372,51 @@ static int32_t sat32(int64_t x) { return (int32_t)(x < INT32_MIN ? INT32_MIN : x
  * [1, cos m f, sin m f] in Q15, over 2^8; row 0: gate x 128). A missing key: every term 0. */
 typedef struct {
   int16_t K[EDGEOSC_LINEAR_MAX_D_HEAD];
-  int32_t r0, r1, u[9];
+  int32_t r0, r1, u[9], fits; /* fits: u[1..2p] in int16 (the DSP pass pairs them) */
   const int8_t *v;
 } KeyTerms;
 
 static void key_terms(const EdgeoscLinearParams *p, const EdgeoscLinearKey *key, const int8_t *any_v, KeyTerms *t) {
   int32_t harm[8], m, a;
+  uint32_t spill = 0;
   if (!key) {
     for (a = 0; a < p->d_head; ++a) t->K[a] = 0;
     for (m = 0; m < 9; ++m) t->u[m] = 0;
-    t->r0 = t->r1 = 0, t->v = any_v;
+    t->r0 = t->r1 = 0, t->v = any_v, t->fits = 1;
     return;
   }
   for (a = 0; a < p->d_head; ++a) t->K[a] = (int16_t)(key->k[a] - p->zp_k);
   t->r0 = key->sign * key->r[0], t->r1 = key->sign * key->r[1], t->v = key->v;
   harmonics_q15(key->r, p->p, harm);
   t->u[0] = key->sign * key->gate * 128;
-  for (m = 0; m < 2 * p->p; ++m) t->u[m + 1] = key->sign * ((key->gate * harm[m] + 128) >> 8);
+  for (m = 0; m < 2 * p->p; ++m) {
+    t->u[m + 1] = key->sign * ((key->gate * harm[m] + 128) >> 8);
+    spill |= (uint32_t)(t->u[m + 1] + 32768); /* bit 16 or above set: outside int16 */
+  }
+  t->fits = spill < 65536;
 }
 
-/* Both keys' terms into the state, wrapping as uint32 (a key added then removed leaves it as it was):
- *   coupling [1, K_i, K_i K_j (i <= j)] x r, as K_j (K_i r): |K| <= 255 and |r| <= 128, so both factors are int16
- *   and the DSP path adds a and b's in one SMLAD;
- *   readout u_m [v - zp_v, 1] for each row m (u can pass int16: the gate's 256 x 128 without the key gate). */
-void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
-                           const EdgeoscLinearKey *b) {
+/* The portable update: both keys' terms into the state, wrapping as uint32 (a key added then removed leaves it as
+ * it was): coupling [1, K_i, K_i K_j (i <= j)] x r, as K_j (K_i r); readout u_m [v - zp_v, 1] for each row m. */
+static void linear_update_portable(const EdgeoscLinearParams *p, int32_t *state, const KeyTerms *ta,
+                                   const KeyTerms *tb) {
   const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
   const int32_t zv = p->zp_v;
   uint32_t *sc = (uint32_t *)state, *sr = sc + 2 * EDGEOSC_LINEAR_COUPLING(dh);
-  KeyTerms ta, tb;
   int32_t i, m, d;
-#if EDGEOSC_DSP
-  int32_t kk[EDGEOSC_LINEAR_MAX_D_HEAD]; /* (K_a, K_b) int16 pairs */
-#endif
-  key_terms(p, a, a->v, &ta);
-  key_terms(p, b, a->v, &tb);
-  sc[0] += (uint32_t)(ta.r0 + tb.r0);
-  sc[1] += (uint32_t)(ta.r1 + tb.r1);
+  sc[0] += (uint32_t)(ta->r0 + tb->r0);
+  sc[1] += (uint32_t)(ta->r1 + tb->r1);
   sc += 2;
-#if EDGEOSC_DSP
-  for (i = 0; i < dh; ++i) kk[i] = edgeosc_pack16(ta.K[i], tb.K[i]);
-  {
-    const int32_t r0 = edgeosc_pack16(ta.r0, tb.r0), r1 = edgeosc_pack16(ta.r1, tb.r1);
-    for (i = 0; i < dh; ++i, sc += 2) {
-      sc[0] = (uint32_t)__smlad(kk[i], r0, (int32_t)sc[0]);
-      sc[1] = (uint32_t)__smlad(kk[i], r1, (int32_t)sc[1]);
-    }
-  }
-  for (i = 0; i < dh; ++i) {
-    const int32_t x0 = edgeosc_pack16(ta.K[i] * ta.r0, tb.K[i] * tb.r0);
-    const int32_t x1 = edgeosc_pack16(ta.K[i] * ta.r1, tb.K[i] * tb.r1);
-    const int32_t *kj = kk + i, *const end = kk + dh;
-    for (; kj < end; ++kj, sc += 2) {
-      sc[0] = (uint32_t)__smlad(*kj, x0, (int32_t)sc[0]);
-      sc[1] = (uint32_t)__smlad(*kj, x1, (int32_t)sc[1]);
-    }
-  }
-#else
   for (i = 0; i < dh; ++i, sc += 2) {
-    sc[0] += (uint32_t)(ta.K[i] * ta.r0 + tb.K[i] * tb.r0);
-    sc[1] += (uint32_t)(ta.K[i] * ta.r1 + tb.K[i] * tb.r1);
+    sc[0] += (uint32_t)(ta->K[i] * ta->r0 + tb->K[i] * tb->r0);
+    sc[1] += (uint32_t)(ta->K[i] * ta->r1 + tb->K[i] * tb->r1);
   }
   for (i = 0; i < dh; ++i) {
-    const int32_t xa0 = ta.K[i] * ta.r0, xb0 = tb.K[i] * tb.r0, xa1 = ta.K[i] * ta.r1, xb1 = tb.K[i] * tb.r1;
+    const int32_t xa0 = ta->K[i] * ta->r0, xb0 = tb->K[i] * tb->r0, xa1 = ta->K[i] * ta->r1, xb1 = tb->K[i] * tb->r1;
     int32_t j = i;
 #if EDGEOSC_NEON
     for (; j + 4 <= dh; j += 4, sc += 8) { /* four features' pairs: de-interleaved, added, stored back */
-      const int32x4_t ka = vmovl_s16(vld1_s16(ta.K + j)), kb = vmovl_s16(vld1_s16(tb.K + j));
+      const int32x4_t ka = vmovl_s16(vld1_s16(ta->K + j)), kb = vmovl_s16(vld1_s16(tb->K + j));
       uint32x4x2_t pair = vld2q_u32(sc);
       pair.val[0] = vaddq_u32(pair.val[0], vreinterpretq_u32_s32(vmlaq_n_s32(vmulq_n_s32(ka, xa0), kb, xb0)));
       pair.val[1] = vaddq_u32(pair.val[1], vreinterpretq_u32_s32(vmlaq_n_s32(vmulq_n_s32(ka, xa1), kb, xb1)));
@@ -446,28 +424,27 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const E
     }
 #endif
     for (; j < dh; ++j, sc += 2) {
-      sc[0] += (uint32_t)(ta.K[j] * xa0 + tb.K[j] * xb0);
-      sc[1] += (uint32_t)(ta.K[j] * xa1 + tb.K[j] * xb1);
+      sc[0] += (uint32_t)(ta->K[j] * xa0 + tb->K[j] * xb0);
+      sc[1] += (uint32_t)(ta->K[j] * xa1 + tb->K[j] * xb1);
     }
   }
-#endif
   /* readout: row 0, then each harmonic's cos and sin rows together, sharing each value */
-  for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(ta.u[0] * (ta.v[d] - zv) + tb.u[0] * (tb.v[d] - zv));
-  sr[dv] += (uint32_t)(ta.u[0] + tb.u[0]);
+  for (d = 0; d < dv; ++d) sr[d] += (uint32_t)(ta->u[0] * (ta->v[d] - zv) + tb->u[0] * (tb->v[d] - zv));
+  sr[dv] += (uint32_t)(ta->u[0] + tb->u[0]);
   for (m = 1, sr += dv + 1; m < nr; m += 2, sr += 2 * (dv + 1)) {
-    const int32_t uca = ta.u[m], usa = ta.u[m + 1], ucb = tb.u[m], usb = tb.u[m + 1];
+    const int32_t uca = ta->u[m], usa = ta->u[m + 1], ucb = tb->u[m], usb = tb->u[m + 1];
     uint32_t *const ss = sr + dv + 1;
     d = 0;
 #if EDGEOSC_NEON
     for (; d + 4 <= dv; d += 4) {
-      const int32x4_t va = minus_zp4(ta.v + d, zv), vb = minus_zp4(tb.v + d, zv);
+      const int32x4_t va = minus_zp4(ta->v + d, zv), vb = minus_zp4(tb->v + d, zv);
       const int32x4_t c = vmlaq_n_s32(vmulq_n_s32(va, uca), vb, ucb), s = vmlaq_n_s32(vmulq_n_s32(va, usa), vb, usb);
       vst1q_u32(sr + d, vaddq_u32(vld1q_u32(sr + d), vreinterpretq_u32_s32(c)));
       vst1q_u32(ss + d, vaddq_u32(vld1q_u32(ss + d), vreinterpretq_u32_s32(s)));
     }
 #endif
     for (; d < dv; ++d) {
-      const int32_t va = ta.v[d] - zv, vb = tb.v[d] - zv;
+      const int32_t va = ta->v[d] - zv, vb = tb->v[d] - zv;
       sr[d] += (uint32_t)(uca * va + ucb * vb);
       ss[d] += (uint32_t)(usa * va + usb * vb);
     }
@@ -481,14 +458,68 @@ static int32_t shift_round64_high(int64_t x, int e) {
   return (int32_t)((x + ((int64_t)1 << (e - 1))) >> 32) >> (e - 32);
 }
 
-void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
+/* The readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15) of z = h / |h|: h's direction in 14 bits, then
+ * TFLite's L2 norm (h = 0: z = 0). */
+static inline void readout_weights(const EdgeoscLinearParams *p, int64_t h0, int64_t h1, int32_t *beta) {
   static const int32_t kWeights[5][5] = {{0}, {2, 2}, {6, 8, 2}, {20, 30, 12, 2}, {70, 112, 56, 16, 2}};
-  const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
-  const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh), *w = kWeights[p->p];
-  int64_t h0, h1, den;
-  int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[9], harm[8], hh[2], a, m, d, e, dn, inv, shift;
+  const int32_t *w = kWeights[p->p];
+  const uint64_t a0 = (uint64_t)(h0 < 0 ? -h0 : h0), a1 = (uint64_t)(h1 < 0 ? -h1 : h1);
+  const int e = bitlen64(a0 > a1 ? a0 : a1) - 14;
+  int32_t hh[2], harm[8], m;
   int8_t z[2];
-  /* 1: h = 2 sum_j (2/s^2) taylor2(s Q.K_j) r_j = c1^2 R + 2 c1 Q.KR + sum_ab (2|4) Q_a Q_b KKR_ab */
+  hh[0] = (int32_t)shift_round64(h0, e);
+  hh[1] = (int32_t)shift_round64(h1, e);
+  l2norm_int32(hh, 2, z);
+  harmonics_q15(z, p->p, harm);
+  beta[0] = w[0] * 32768;
+  for (m = 1; m < 2 * p->p + 1; ++m) beta[m] = w[(m + 1) / 2] * harm[m - 1];
+}
+
+/* One division per query: den (> 0) to 22 bits, m 2^21 / den a multiplier of each numerator. */
+typedef struct {
+  int32_t e, inv, shift, zp_out, any; /* any: den > 0 (else every output is the zero point) */
+  uint64_t half, round;               /* 2^(e-1) for e >= 1, 2^(shift-1) */
+} Divider;
+
+static inline void divider(const EdgeoscLinearParams *p, int64_t den, Divider *dv) {
+  dv->zp_out = p->zp_out, dv->any = den > 0, dv->e = dv->inv = 0;
+  dv->shift = 52 - p->rq_out.shift; /* 32..62 */
+  dv->round = (uint64_t)1 << (dv->shift - 1);
+  if (dv->any) {
+    dv->e = bitlen64((uint64_t)den) - 22;
+    dv->inv = (int32_t)div_q21((uint32_t)p->rq_out.multiplier, (uint32_t)shift_round64(den, dv->e));
+  }
+  dv->half = dv->e >= 1 ? (uint64_t)1 << (dv->e - 1) : 0;
+}
+
+static inline __attribute__((always_inline)) int8_t divided(const Divider *dv, int64_t x) {
+  if (!dv->any) return clamp8(dv->zp_out);
+  if (dv->e <= 0) /* a left shift of a numerator beyond 2^40 saturates anyway */
+    x = x < -((int64_t)1 << 40) ? -((int64_t)1 << 40) : x > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : x;
+  return clamp8(shift_round64_high((int64_t)sat32(shift_round64(x, dv->e)) * dv->inv, dv->shift) + dv->zp_out);
+}
+
+#if EDGEOSC_DSP
+/* divided() for a divider with 1 <= e <= 31 (den in [2^23, 2^53]), in 32-bit halves: round(x / 2^e), saturated
+ * to int32 where its top word is not the sign of its bottom one, times inv, rounded, SSAT. */
+static inline __attribute__((always_inline)) int8_t divided_dsp(const Divider *dv, int64_t x) {
+  const uint64_t t = (uint64_t)x + dv->half;
+  const int32_t hi = (int32_t)(t >> 32), lo = (int32_t)(((uint32_t)t >> dv->e) | ((uint32_t)hi << (32 - dv->e)));
+  const int32_t y = (hi >> dv->e) != (lo >> 31) ? (hi < 0 ? INT32_MIN : INT32_MAX) : lo;
+  const uint64_t prod = (uint64_t)((int64_t)y * dv->inv) + dv->round;
+  return (int8_t)__ssat(((int32_t)(prod >> 32) >> (dv->shift - 32)) + dv->zp_out, 8);
+}
+#endif
+
+/* The portable query: h = 2 sum_j (2/s^2) taylor2(s Q.K_j) r_j = c1^2 R + 2 c1 Q.KR + sum_ab (2|4) Q_a Q_b KKR_ab,
+ * then out_d = sum_m beta_m M_md / sum_m beta_m m_m. */
+static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q,
+                                  int8_t *out) {
+  const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
+  const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh);
+  int64_t h0, h1, den;
+  int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[9], a, m, d;
+  Divider div;
   for (a = 0; a < dh; ++a) Q[a] = q[a] - p->zp_q;
   h0 = (int64_t)p->c1 * p->c1 * sc[0];
   h1 = (int64_t)p->c1 * p->c1 * sc[1];
@@ -522,30 +553,13 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
       h1 += (int64_t)qq * sc[1];
     }
   }
-  /* 2: z = h / |h|: its direction in 14 bits, then TFLite's L2 norm (h = 0: z = 0) */
-  e = bitlen64((uint64_t)(h0 < 0 ? -h0 : h0) > (uint64_t)(h1 < 0 ? -h1 : h1) ? (uint64_t)(h0 < 0 ? -h0 : h0)
-                                                                            : (uint64_t)(h1 < 0 ? -h1 : h1)) - 14;
-  hh[0] = (int32_t)shift_round64(h0, e);
-  hh[1] = (int32_t)shift_round64(h1, e);
-  l2norm_int32(hh, 2, z);
-  /* 3: the readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15), then numerators and denominator */
-  harmonics_q15(z, p->p, harm);
-  beta[0] = w[0] * 32768;
-  for (m = 1; m < nr; ++m) beta[m] = w[(m + 1) / 2] * harm[m - 1];
+  readout_weights(p, h0, h1, beta);
   den = 0;
   for (m = 0; m < nr; ++m) den += (int64_t)beta[m] * sr[m * (dv + 1) + dv];
-  if (den <= 0) { /* no weight on any key */
-    for (d = 0; d < dv; ++d) out[d] = clamp8(p->zp_out);
-    return;
-  }
-  /* 4: one division per query: den to 22 bits, m 2^21 / den a multiplier of each numerator */
-  e = bitlen64((uint64_t)den) - 22;
-  dn = (int32_t)shift_round64(den, e);
-  inv = (int32_t)div_q21((uint32_t)p->rq_out.multiplier, (uint32_t)dn);
-  shift = 52 - p->rq_out.shift; /* 32..62 */
+  divider(p, den, &div);
   for (d = 0; d < dv; d += 2) { /* two numerators at a time share each beta (NEON: four) */
     const int two = d + 1 < dv; /* else the last value twice */
-    int64_t num[4] = {0, 0, 0, 0};
+    int64_t num[4];
     int n, count = 1 + two;
 #if EDGEOSC_NEON
     if (d + 4 <= dv) { /* four numerators: int64 lanes (SMLAL by scalar) */
@@ -569,45 +583,266 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
       }
       num[0] = n0, num[1] = n1;
     }
-    for (n = 0; n < count; ++n) {
-      int64_t x = num[n];
-      if (e <= 0) /* a left shift of a numerator beyond 2^40 saturates anyway */
-        x = x < -((int64_t)1 << 40) ? -((int64_t)1 << 40) : x > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : x;
-      out[d + n] = clamp8(shift_round64_high((int64_t)sat32(shift_round64(x, e)) * inv, shift) + p->zp_out);
-    }
+    for (n = 0; n < count; ++n) out[d + n] = divided(&div, num[n]);
     d += count - 2;
   }
+}
+
+#if EDGEOSC_DSP
+/* The DSP path: one pass over a head's state that adds keys ta and tb and, for a stream's step (`query`), reads
+ * query q from each updated word as it goes by, so the step loads and stores each word once (a query alone takes
+ * the portable loops: it gains nothing here). `query` is a constant at each call: always_inline specialises both.
+ *
+ * Coupling. With K' = [1, K] and Q' = [c1, Q], the features [1, K_j, K_i K_j (i <= j)] are K'_i K'_j (i <= j) in
+ * the state's order, row by row. Word pair (i, j) takes both keys in one SMLAD each, (K'_a, K'_b)_j against
+ * (K'_a r_a, K'_b r_b)_i (all int16), and feeds h by SMLAL with weight m_i Q'_j: m_0 = 2 (2 c1 Q_j), m_i = 4 past
+ * the diagonal; the diagonal's weight is 2 Q_i^2, and c1^2 (past 32 bits) at (0, 0). A table holds per j the
+ * words {(K'_a, K'_b)_j, Q'_j, x_j for r_0 and r_1, m_j} (ROW_WORDS), then a sentinel pair.
+ *
+ * Readout. After z: each column's rows take (u_a, u_b) against (V_a, V_b) in one SMLAD, the ones column (V = 1,
+ * the denominator) first. Row 0's u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the sum.
+ * Rows past 0 need u in int16 (KeyTerms.fits), and the columns' values sit on the stack: d_value <=
+ * EDGEOSC_LINEAR_MAX_D_HEAD. A table holds per row {(u_a, u_b), beta}, then a sentinel beta.
+ *
+ * EDGEOSC_ASM takes the value columns two at a time and the coupling's rows in Thumb-2 assembly, as naked
+ * functions: they keep 14 registers whatever the compiler and its options. */
+#define ROW_WORDS 5
+#define COUPLING_SENTINEL 0x80008000 /* (K'_a, K'_b) = (-2^15, -2^15): no key's (|K| <= 255) */
+#define READOUT_SENTINEL 0x80000000  /* no beta's (|beta| < 2^25) */
+
+/* Readout columns c0 and c1 (col1 == col for a single column: both loads precede both stores), rows 0.. */
+static inline __attribute__((always_inline)) void readout_columns(int32_t *col, int32_t *col1, int32_t vv0,
+                                                                 int32_t vv1, int stride, const int32_t *ub,
+                                                                 int64_t *n0, int64_t *n1, const int query) {
+  int32_t x0 = (int32_t)((uint32_t)*col + ((uint32_t)__smuad(vv0, ub[0]) << 1)); /* row 0: u / 2, doubled */
+  int32_t x1 = (int32_t)((uint32_t)*col1 + ((uint32_t)__smuad(vv1, ub[0]) << 1));
+  int64_t s0 = 0, s1 = 0;
+  *col = x0, *col1 = x1;
+  if (query) s0 += (int64_t)ub[1] * x0, s1 += (int64_t)ub[1] * x1;
+  for (ub += 2; ub[1] != (int32_t)READOUT_SENTINEL; ub += 2) {
+    col += stride, col1 += stride;
+    x0 = __smlad(vv0, ub[0], *col), x1 = __smlad(vv1, ub[0], *col1);
+    *col = x0, *col1 = x1;
+    if (query) s0 += (int64_t)ub[1] * x0, s1 += (int64_t)ub[1] * x1;
+  }
+  *n0 = s0, *n1 = s1;
+}
+
+/* A coupling feature's two words (against r_0 and r_1): k x (x0, x1) added in one SMLAD each, then weight w times
+ * the sums into h. */
+static inline __attribute__((always_inline)) void coupling_words(int32_t *sc, int32_t k, int32_t x0, int32_t x1,
+                                                                int32_t w, int64_t *h0, int64_t *h1,
+                                                                const int query) {
+  const int32_t s0 = __smlad(k, x0, sc[0]), s1 = __smlad(k, x1, sc[1]);
+  sc[0] = s0, sc[1] = s1;
+  if (query) *h0 += (int64_t)w * s0, *h1 += (int64_t)w * s1;
+}
+
+#if EDGEOSC_ASM
+/* The coupling's rows after (0, 0): row 0 from (0, 1), every other row from its diagonal; words from sc, table t,
+ * h (int64[2]) in and out. r0 sc, r1 the row, r3 the feature, r4 r5 x, r6-r9 h, r10 r11 the words, r12 r2 the
+ * feature's (K'_a, K'_b) and Q' (then the weight), lr m_i. */
+#define COUPLING_ASM(ROW_DIAGONAL_WORDS, FEATURE_WORDS)                                                   \
+  __asm__("push {r2, r4-r11, lr}\n\tldrd r6, r7, [r2]\n\tldrd r8, r9, [r2, #8]\n\t"                     \
+          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tadd r3, r1, #20\n\tb 3f\n"                       \
+          "2:\n\t"                                                                                      \
+          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tldrd r12, r2, [r1]\n\t" ROW_DIAGONAL_WORDS      \
+          "mul r2, r2, r2\n\tlsl r2, r2, #1\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"        \
+          "add r3, r1, #20\n"                                                                           \
+          "3:\n\t"                                                                                      \
+          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbeq 4f\n"                                  \
+          "1:\n\t" FEATURE_WORDS                                                                        \
+          "mul r2, lr, r2\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"                         \
+          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbne 1b\n"                                  \
+          "4:\n\t"                                                                                      \
+          "add r1, r1, #20\n\tldr r12, [r1]\n\tcmp r12, #0x80008000\n\tbne 2b\n\t"                       \
+          "pop {r2}\n\tstrd r6, r7, [r2]\n\tstrd r8, r9, [r2, #8]\n\tpop {r4-r11, pc}")
+#define COUPLING_UPDATED                                                                                  \
+  "ldrd r10, r11, [r0]\n\tsmlad r10, r12, r4, r10\n\tsmlad r11, r12, r5, r11\n\tstrd r10, r11, [r0], #8\n\t"
+
+/* (naked: its arguments arrive in r0-r2, unnamed in C) */
+__attribute__((naked, noinline)) static void coupling_step_asm(int32_t *sc __attribute__((unused)),
+                                                               const int32_t *t __attribute__((unused)),
+                                                               int64_t *h __attribute__((unused))) {
+  COUPLING_ASM(COUPLING_UPDATED, COUPLING_UPDATED);
+}
+
+/* The value columns two at a time: for each pair, its words from col (col and col + 1, then + stride_bytes a
+ * row), (V_a, V_b) of both from vv, the numerators to num (int64, two a pair). r0 col, r1 the stride, r2 ub,
+ * r3 r4 the words, r5 u then beta, r6-r9 the numerators, r10 r11 the values, r12 the arguments (on the stack). */
+typedef struct {
+  int32_t *col;
+  const int32_t *ub, *vv;
+  int64_t *num;
+  int32_t stride_bytes, pairs;
+} ReadoutPairs;
+
+#define READOUT_ASM(ROW0, FIRST_ROW, ROW, NEXT)                                                           \
+  __asm__("push {r0, r4-r11, lr}\n"                                                                     \
+          "5:\n\t"                                                                                      \
+          "ldr r12, [sp]\n\tldrd r0, r2, [r12]\n\tldr r1, [r12, #16]\n\tldr r3, [r12, #8]\n\t"            \
+          "ldrd r10, r11, [r3], #8\n\tstr r3, [r12, #8]\n\tadd r3, r0, #8\n\tstr r3, [r12]\n\t"           \
+          "ldrd r3, r4, [r0]\n\t" ROW0 "smull r6, r7, r5, r3\n\tsmull r8, r9, r5, r4\n\t" FIRST_ROW        \
+          "beq 4f\n"                                                                                    \
+          "1:\n\t"                                                                                      \
+          "ldrd r3, r4, [r0]\n\t" ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t"                 \
+          "ldrd r3, r4, [r0]\n\tldr r5, [r2], #8\n\t" ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t" \
+          NEXT "bne 1b\n"                                                                              \
+          "4:\n\t"                                                                                      \
+          "ldr r12, [sp]\n\tldr r3, [r12, #12]\n\tstrd r6, r7, [r3], #8\n\tstrd r8, r9, [r3], #8\n\t"     \
+          "str r3, [r12, #12]\n\tldr r3, [r12, #20]\n\tsubs r3, r3, #1\n\tstr r3, [r12, #20]\n\tbne 5b\n\t" \
+          "pop {r0, r4-r11, pc}")
+
+__attribute__((naked, noinline)) static void readout_pairs_step_asm(ReadoutPairs *a __attribute__((unused))) {
+  READOUT_ASM("ldr r5, [r2], #8\n\tsmuad r6, r10, r5\n\tadd r3, r3, r6, lsl #1\n\tsmuad r6, r11, r5\n\t"
+              "add r4, r4, r6, lsl #1\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\tldr r5, [r2, #-4]\n\t",
+              "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\t",
+              "smlad r3, r10, r5, r3\n\tsmlad r4, r11, r5, r4\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\t"
+              "ldr r5, [r2, #-4]\n\t",
+              "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\t");
+}
+#endif
+
+static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinearParams *p, int32_t *state,
+                                                             const KeyTerms *ta, const KeyTerms *tb, const int8_t *q,
+                                                             int8_t *out, const int query) {
+  const int n = p->d_head + 1, dv = p->d_value, nr = 2 * p->p + 1, stride = dv + 1;
+  int32_t t[ROW_WORDS * (EDGEOSC_LINEAR_MAX_D_HEAD + 1) + 1]; /* the coupling's table */
+  int32_t vv[EDGEOSC_LINEAR_MAX_D_HEAD + 1];                 /* the columns' (V_a, V_b), V = v - zp_v; (1, 1) */
+  int32_t ub[20], beta[9];                                   /* the readout's table */
+  int64_t h[2], num[EDGEOSC_LINEAR_MAX_D_HEAD], n0, n1;
+  int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(p->d_head);
+  int32_t i, m, d;
+  Divider div;
+  /* the coupling's table, (0, 0), then the rows */
+  t[0] = 0x00010001, t[1] = query ? p->c1 : 0, t[4] = 2 * t[1];
+  t[2] = edgeosc_pack_bottoms(ta->r0, tb->r0), t[3] = edgeosc_pack_bottoms(ta->r1, tb->r1);
+  for (i = 1; i < n; ++i) {
+    int32_t *const row = t + ROW_WORDS * i;
+    const int32_t ka = ta->K[i - 1], kb = tb->K[i - 1];
+    row[0] = edgeosc_pack_bottoms(ka, kb), row[1] = query ? q[i - 1] - p->zp_q : 0, row[4] = 4 * row[1];
+    row[2] = edgeosc_pack_bottoms(ka * ta->r0, kb * tb->r0), row[3] = edgeosc_pack_bottoms(ka * ta->r1, kb * tb->r1);
+  }
+  t[ROW_WORDS * n] = (int32_t)COUPLING_SENTINEL;
+  coupling_words(state, t[0], t[2], t[3], 0, &h[0], &h[1], 0);
+  h[0] = (int64_t)p->c1 * p->c1 * state[0], h[1] = (int64_t)p->c1 * p->c1 * state[1];
+#if EDGEOSC_ASM
+  if (query)
+    coupling_step_asm(state + 2, t, h);
+  else
+#endif
+  {
+    int32_t *sc = state + 2;
+    for (i = 0; i < n; ++i) {
+      const int32_t *row = t + ROW_WORDS * i, *kj = row + ROW_WORDS, *const end = t + ROW_WORDS * n;
+      if (i) coupling_words(sc, row[0], row[2], row[3], 2 * row[1] * row[1], &h[0], &h[1], query), sc += 2;
+      for (; kj < end; kj += ROW_WORDS, sc += 2)
+        coupling_words(sc, kj[0], row[2], row[3], row[4] * kj[1], &h[0], &h[1], query);
+    }
+  }
+  /* the readout's table, the ones column (the denominator), then the values two at a time */
+  if (query) readout_weights(p, h[0], h[1], beta);
+  for (m = 0; m < nr; ++m) {
+    ub[2 * m] = edgeosc_pack16(m ? ta->u[m] : ta->u[0] >> 1, m ? tb->u[m] : tb->u[0] >> 1);
+    ub[2 * m + 1] = query ? beta[m] : 0;
+  }
+  ub[2 * nr] = 0, ub[2 * nr + 1] = (int32_t)READOUT_SENTINEL;
+  for (d = 0; d < dv; ++d) vv[d] = edgeosc_pack16(ta->v[d] - p->zp_v, tb->v[d] - p->zp_v);
+  vv[dv] = 0x00010001;
+  readout_columns(sr + dv, sr + dv, vv[dv], vv[dv], stride, ub, &n0, &n1, query);
+  if (query) divider(p, n0, &div);
+#if EDGEOSC_ASM
+  if (query && dv > 1) {
+    ReadoutPairs a;
+    a.col = sr, a.ub = ub, a.vv = vv, a.num = num, a.stride_bytes = 4 * stride, a.pairs = dv / 2;
+    readout_pairs_step_asm(&a);
+  } else
+#endif
+    for (d = 0; d + 1 < dv; d += 2)
+      readout_columns(sr + d, sr + d + 1, vv[d], vv[d + 1], stride, ub, &num[d], &num[d + 1], query);
+  if (dv & 1)
+    readout_columns(sr + dv - 1, sr + dv - 1, vv[dv - 1], vv[dv - 1], stride, ub, &num[dv - 1], &n1, query);
+  if (query) {
+    const int fast = div.any && div.e >= 1 && div.e <= 31;
+    for (d = 0; d < dv; ++d) out[d] = fast ? divided_dsp(&div, num[d]) : divided(&div, num[d]);
+  }
+}
+
+/* Whether the DSP pass takes these keys (else the portable loops): readouts in int16, values on the stack. */
+static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyTerms *tb) {
+  return ta->fits && tb->fits && p->d_value <= EDGEOSC_LINEAR_MAX_D_HEAD;
+}
+#endif
+
+void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                           const EdgeoscLinearKey *b) {
+  KeyTerms ta, tb;
+  key_terms(p, a, a->v, &ta);
+  key_terms(p, b, a->v, &tb);
+#if EDGEOSC_DSP
+  if (dsp_pass(p, &ta, &tb)) {
+    linear_pass(p, state, &ta, &tb, 0, 0, 0);
+    return;
+  }
+#endif
+  linear_update_portable(p, state, &ta, &tb);
+}
+
+void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
+  linear_query_portable(p, state, q, out);
+}
+
+void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                         const EdgeoscLinearKey *b, const int8_t *q, int8_t *out) {
+  KeyTerms ta, tb;
+  key_terms(p, a, a->v, &ta);
+  key_terms(p, b, a->v, &tb);
+#if EDGEOSC_DSP
+  if (dsp_pass(p, &ta, &tb)) {
+    linear_pass(p, state, &ta, &tb, q, out, 1);
+    return;
+  }
+#endif
+  linear_update_portable(p, state, &ta, &tb);
+  linear_query_portable(p, state, q, out);
+}
+
+/* Key j of a head's [T, *] tensors (gh: its gates, or NULL), to be added. */
+static EdgeoscLinearKey head_key(const EdgeoscLinearParams *p, const int8_t *kh, const int8_t *vh, const int8_t *rh,
+                                 const int8_t *gh, int j) {
+  EdgeoscLinearKey key;
+  key.k = kh + (size_t)j * p->d_head, key.v = vh + (size_t)j * p->d_value, key.r = rh + (size_t)j * 2;
+  key.gate = gh ? gh[j] - p->zp_g : 256, key.sign = 1;
+  return key;
 }
 
 int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
                              const int8_t *r, const int8_t *g, int8_t *out, int32_t *state) {
   const int T = p->tokens, dh = p->d_head, dv = p->d_value;
   const size_t words = EDGEOSC_LINEAR_STATE_WORDS(dh, dv, p->p);
-  int hd, i, j;
+  int hd, i;
   size_t n;
   if (T <= 0 || dh <= 0 || dh > EDGEOSC_LINEAR_MAX_D_HEAD || dv <= 0 || p->heads <= 0 || p->p < 1 ||
       p->p > 4 || p->rq_out.shift < -10 || p->rq_out.shift > 20 || p->c1 < 16 ||
       p->c1 >= (1 << 20)) /* the int64 bounds' ranges */
     return -1;
   for (hd = 0; hd < p->heads; ++hd) {
-    const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh;
+    const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh, *gh = g ? g + (size_t)hd * T : 0;
     const int8_t *vh = v + (size_t)hd * T * dv, *rh = r + (size_t)hd * T * 2;
     int8_t *oh = out + (size_t)hd * T * dv;
     for (n = 0; n < words; ++n) state[n] = 0;
-    for (i = j = 0; i < T; ++i) {
-      while (j < T && (j <= i || !p->causal)) { /* the keys query i reads: all, two a pass, or up to i if causal */
-        const int two = j + 1 < T && (j + 1 <= i || !p->causal);
-        EdgeoscLinearKey ka, kb;
-        ka.k = kh + (size_t)j * dh, ka.v = vh + (size_t)j * dv, ka.r = rh + (size_t)j * 2, ka.sign = 1;
-        ka.gate = g ? g[(size_t)hd * T + j] - p->zp_g : 256;
-        kb = ka;
-        if (two)
-          kb.k += dh, kb.v += dv, kb.r += 2, kb.gate = g ? g[(size_t)hd * T + j + 1] - p->zp_g : 256;
-        edgeosc_linear_update(p, state, &ka, two ? &kb : NULL);
-        j += 1 + two;
+    if (p->causal) { /* prefix sums: key i, then query i */
+      for (i = 0; i < T; ++i) {
+        const EdgeoscLinearKey key = head_key(p, kh, vh, rh, gh, i);
+        edgeosc_linear_step(p, state, &key, NULL, qh + (size_t)i * dh, oh + (size_t)i * dv);
       }
-      edgeosc_linear_query(p, state, qh + (size_t)i * dh, oh + (size_t)i * dv);
+      continue;
     }
+    for (i = 0; i < T; i += 2) { /* every key, two a pass, then every query */
+      const EdgeoscLinearKey ka = head_key(p, kh, vh, rh, gh, i), kb = head_key(p, kh, vh, rh, gh, i + (i + 1 < T));
+      edgeosc_linear_update(p, state, &ka, i + 1 < T ? &kb : NULL);
+    }
+    for (i = 0; i < T; ++i) edgeosc_linear_query(p, state, qh + (size_t)i * dh, oh + (size_t)i * dv);
   }
   return 0;
 }

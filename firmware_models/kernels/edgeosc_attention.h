@@ -167,6 +167,12 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const E
 /** One query of one head against the state: out [d_value]. */
 void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out);
 
+/** A stream's step for one head: keys a and b (b may be NULL) into the state, then query q against it: out
+ * [d_value]. The same integers as edgeosc_linear_update then edgeosc_linear_query, in one pass over the state on
+ * the DSP path. */
+void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                         const EdgeoscLinearKey *b, const int8_t *q, int8_t *out);
+
 /** The whole core over [H, T, *] tensors (r [H, T, 2], g [H, T] or NULL); state: EDGEOSC_LINEAR_STATE_WORDS
  * int32. Returns 0, or -1 on invalid parameters (p outside 1..4, rq_out's shift outside -10..20, c1 outside
  * [16, 2^20), d_head above EDGEOSC_LINEAR_MAX_D_HEAD). */
