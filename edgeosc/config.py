@@ -194,6 +194,9 @@ class TrainConfig:
     grad_clip: float = 1.0
     label_smoothing: float = 0.05
     mixup: float = 0.0  # alpha of mixup's Beta(alpha, alpha) mixing weight on feature batches; 0 = off
+    # streaming models: this many frames of another clip of the batch before each clip, so that the clip's frames
+    # have the past a stream gives them (a clip alone gives frame i only frames 0..i); 0 = off
+    stream_context: int = 0
     patience: int = 80  # early stopping on validation accuracy (epochs without a new best); 80 = off
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -203,6 +206,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.mixup < 0:
             raise ValueError("mixup must be >= 0 (the alpha of its Beta distribution; 0 = off)")
+        if self.stream_context < 0:
+            raise ValueError("stream_context must be >= 0 (frames of context before each clip; 0 = off)")
 
 
 QUANT_PRESETS = ("int8", "w4a8")  # Brevitas quantizers in quant.py; the names live here for the CLI

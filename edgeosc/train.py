@@ -58,6 +58,12 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     as best.pt (post-training quantization).
     """
     out_dir = Path(out_dir)
+    if train_cfg.stream_context and not model_cfg.window:
+        raise ValueError("train.stream_context puts a stream's past before each clip: it needs a streaming model "
+                         "(model.window > 0)")
+    if train_cfg.stream_context > feature_cfg.n_frames:
+        raise ValueError(f"train.stream_context {train_cfg.stream_context}: another clip gives at most its "
+                         f"{feature_cfg.n_frames} frames")
     device = pick_device(train_cfg.device)
     model_cfg = resolve(dataclasses.replace(model_cfg, n_classes=len(data.classes), n_frames=feature_cfg.n_frames,
                                             n_coeffs=feature_cfg.n_coeffs))
@@ -114,6 +120,9 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
                 lam = float(mix_weight.sample())
                 perm = torch.randperm(len(labels), generator=gen).to(labels.device)
                 feats, partner = lam * feats + (1 - lam) * feats[perm], labels[perm]
+            if train_cfg.stream_context:  # the last frames of another clip first: the past a stream would give
+                perm = torch.randperm(len(labels), generator=gen).to(labels.device)
+                feats = torch.cat([feats[perm, -train_cfg.stream_context:], feats], 1)
             logits = model(feats)
             loss = criterion(logits, labels)
             if partner is not None:

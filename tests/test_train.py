@@ -3,9 +3,10 @@ import dataclasses
 import pytest
 import torch
 
-from edgeosc.config import AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
+from edgeosc.config import SHIPPED_OSCILLATOR, AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
 from edgeosc.checkpoint import CheckpointError, load_checkpoint
 from edgeosc.evaluate import evaluate_checkpoint
+from edgeosc.models.kws import build_model
 from edgeosc.train import train
 
 from conftest import tone_clipset
@@ -41,6 +42,28 @@ def test_training_learns_and_writes_artifacts(tones, data_cfg, tmp_path, attenti
     assert len(res["test_confusion"]) == 3 and sum(map(sum, res["test_confusion"])) == res["test_n"] == 9
     again = evaluate_checkpoint(tmp_path / "best.pt", tones)
     assert again["accuracy"] == res["test_accuracy"]
+
+
+def test_stream_context_puts_another_clip_before_each_and_needs_a_streaming_model(tones, data_cfg, tmp_path):
+    seen = []
+
+    def build(model_cfg, batches, device):  # the model, its training inputs' lengths recorded
+        model = build_model(model_cfg)
+        model.register_forward_pre_hook(lambda m, args: seen.append(args[0].shape[1]) if m.training else None)
+        return model
+
+    cfg = dataclasses.replace(TRAIN, epochs=8, lr=1e-2, stream_context=20)
+    res = train(tones, tmp_path, model_cfg=ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR),
+                feature_cfg=FeatureConfig(), train_cfg=cfg, data_cfg=data_cfg, progress=False, build=build)
+    assert res["best_val_accuracy"] > 0.6 and set(seen) == {FeatureConfig().n_frames + 20}
+    with pytest.raises(ValueError, match="streaming model"):
+        run(tones, data_cfg, tmp_path / "whole", train_cfg=cfg)
+    with pytest.raises(ValueError, match="at most its 49 frames"):
+        train(tones, tmp_path / "long", model_cfg=ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR),
+              feature_cfg=FeatureConfig(), train_cfg=dataclasses.replace(cfg, stream_context=50), data_cfg=data_cfg,
+              progress=False)
+    with pytest.raises(ValueError, match="stream_context"):
+        TrainConfig(stream_context=-1)
 
 
 def test_mixup_alpha_must_not_be_negative():

@@ -162,6 +162,8 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--weight-decay", "train.weight_decay", "AdamW weight decay"),
     ("--patience", "train.patience", None),
     ("--mixup", "train.mixup", None),
+    ("--stream-context", "train.stream_context", "Streaming models: frames of another clip of the batch before each "
+     "clip, so its frames see the past a stream gives them (0: off)"),
     ("--seed", "train.seed", "Training seed"),
     ("--device", "train.device", "Device"),
     ("--init-from", "train.init_from", "Start from the weights of a float checkpoint of the same network (e.g. "
