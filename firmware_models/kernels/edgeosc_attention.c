@@ -642,29 +642,27 @@ static inline __attribute__((always_inline)) void coupling_words(int32_t *sc, in
 /* The coupling's rows after (0, 0): row 0 from (0, 1), every other row from its diagonal; words from sc, table t,
  * h (int64[2]) in and out. r0 sc, r1 the row, r3 the feature, r4 r5 x, r6-r9 h, r10 r11 the words, r12 r2 the
  * feature's (K'_a, K'_b) and Q' (then the weight), lr m_i. */
-#define COUPLING_ASM(ROW_DIAGONAL_WORDS, FEATURE_WORDS)                                                   \
-  __asm__("push {r2, r4-r11, lr}\n\tldrd r6, r7, [r2]\n\tldrd r8, r9, [r2, #8]\n\t"                     \
-          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tadd r3, r1, #20\n\tb 3f\n"                       \
-          "2:\n\t"                                                                                      \
-          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tldrd r12, r2, [r1]\n\t" ROW_DIAGONAL_WORDS      \
-          "mul r2, r2, r2\n\tlsl r2, r2, #1\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"        \
-          "add r3, r1, #20\n"                                                                           \
-          "3:\n\t"                                                                                      \
-          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbeq 4f\n"                                  \
-          "1:\n\t" FEATURE_WORDS                                                                        \
-          "mul r2, lr, r2\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"                         \
-          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbne 1b\n"                                  \
-          "4:\n\t"                                                                                      \
-          "add r1, r1, #20\n\tldr r12, [r1]\n\tcmp r12, #0x80008000\n\tbne 2b\n\t"                       \
-          "pop {r2}\n\tstrd r6, r7, [r2]\n\tstrd r8, r9, [r2, #8]\n\tpop {r4-r11, pc}")
-#define COUPLING_UPDATED                                                                                  \
+#define COUPLING_WORDS /* s += (K'_a, K'_b) . x for r_0 and r_1, then on to the next pair */                 \
   "ldrd r10, r11, [r0]\n\tsmlad r10, r12, r4, r10\n\tsmlad r11, r12, r5, r11\n\tstrd r10, r11, [r0], #8\n\t"
 
 /* (naked: its arguments arrive in r0-r2, unnamed in C) */
 __attribute__((naked, noinline)) static void coupling_step_asm(int32_t *sc __attribute__((unused)),
                                                                const int32_t *t __attribute__((unused)),
                                                                int64_t *h __attribute__((unused))) {
-  COUPLING_ASM(COUPLING_UPDATED, COUPLING_UPDATED);
+  __asm__("push {r2, r4-r11, lr}\n\tldrd r6, r7, [r2]\n\tldrd r8, r9, [r2, #8]\n\t"
+          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tadd r3, r1, #20\n\tb 3f\n"
+          "2:\n\t" /* a row past 0: its diagonal, weight 2 Q_i^2 */
+          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tldrd r12, r2, [r1]\n\t" COUPLING_WORDS
+          "mul r2, r2, r2\n\tlsl r2, r2, #1\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"
+          "add r3, r1, #20\n"
+          "3:\n\t" /* the row's features past the diagonal to the sentinel, weight m_i Q'_j */
+          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbeq 4f\n"
+          "1:\n\t" COUPLING_WORDS
+          "mul r2, lr, r2\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"
+          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbne 1b\n"
+          "4:\n\t" /* the next row, unless it is the sentinel */
+          "add r1, r1, #20\n\tldr r12, [r1]\n\tcmp r12, #0x80008000\n\tbne 2b\n\t"
+          "pop {r2}\n\tstrd r6, r7, [r2]\n\tstrd r8, r9, [r2, #8]\n\tpop {r4-r11, pc}");
 }
 
 /* The value columns two at a time: for each pair, its words from col (col and col + 1, then + stride_bytes a
@@ -677,29 +675,27 @@ typedef struct {
   int32_t stride_bytes, pairs;
 } ReadoutPairs;
 
-#define READOUT_ASM(ROW0, FIRST_ROW, ROW, NEXT)                                                           \
-  __asm__("push {r0, r4-r11, lr}\n"                                                                     \
-          "5:\n\t"                                                                                      \
-          "ldr r12, [sp]\n\tldrd r0, r2, [r12]\n\tldr r1, [r12, #16]\n\tldr r3, [r12, #8]\n\t"            \
-          "ldrd r10, r11, [r3], #8\n\tstr r3, [r12, #8]\n\tadd r3, r0, #8\n\tstr r3, [r12]\n\t"           \
-          "ldrd r3, r4, [r0]\n\t" ROW0 "smull r6, r7, r5, r3\n\tsmull r8, r9, r5, r4\n\t" FIRST_ROW        \
-          "beq 4f\n"                                                                                    \
-          "1:\n\t"                                                                                      \
-          "ldrd r3, r4, [r0]\n\t" ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t"                 \
-          "ldrd r3, r4, [r0]\n\tldr r5, [r2], #8\n\t" ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t" \
-          NEXT "bne 1b\n"                                                                              \
-          "4:\n\t"                                                                                      \
-          "ldr r12, [sp]\n\tldr r3, [r12, #12]\n\tstrd r6, r7, [r3], #8\n\tstrd r8, r9, [r3], #8\n\t"     \
-          "str r3, [r12, #12]\n\tldr r3, [r12, #20]\n\tsubs r3, r3, #1\n\tstr r3, [r12, #20]\n\tbne 5b\n\t" \
-          "pop {r0, r4-r11, pc}")
+#define READOUT_ROW /* x += (V_a, V_b) . u, stored, the next row; beta (at ub - 4) */                     \
+  "smlad r3, r10, r5, r3\n\tsmlad r4, r11, r5, r4\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\tldr r5, [r2, #-4]\n\t"
 
 __attribute__((naked, noinline)) static void readout_pairs_step_asm(ReadoutPairs *a __attribute__((unused))) {
-  READOUT_ASM("ldr r5, [r2], #8\n\tsmuad r6, r10, r5\n\tadd r3, r3, r6, lsl #1\n\tsmuad r6, r11, r5\n\t"
-              "add r4, r4, r6, lsl #1\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\tldr r5, [r2, #-4]\n\t",
-              "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\t",
-              "smlad r3, r10, r5, r3\n\tsmlad r4, r11, r5, r4\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\t"
-              "ldr r5, [r2, #-4]\n\t",
-              "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\t");
+  __asm__("push {r0, r4-r11, lr}\n"
+          "5:\n\t" /* a pair: its arguments, the next pair's written back */
+          "ldr r12, [sp]\n\tldrd r0, r2, [r12]\n\tldr r1, [r12, #16]\n\tldr r3, [r12, #8]\n\t"
+          "ldrd r10, r11, [r3], #8\n\tstr r3, [r12, #8]\n\tadd r3, r0, #8\n\tstr r3, [r12]\n\t"
+          /* row 0: u / 2, the product doubled (SMUAD); the numerators start at its beta's products */
+          "ldrd r3, r4, [r0]\n\tldr r5, [r2], #8\n\tsmuad r6, r10, r5\n\tadd r3, r3, r6, lsl #1\n\t"
+          "smuad r6, r11, r5\n\tadd r4, r4, r6, lsl #1\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\t"
+          "ldr r5, [r2, #-4]\n\tsmull r6, r7, r5, r3\n\tsmull r8, r9, r5, r4\n\t"
+          "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\tbeq 4f\n"
+          "1:\n\t" /* rows past 0 come in pairs (cos and sin): two a trip */
+          "ldrd r3, r4, [r0]\n\t" READOUT_ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t"
+          "ldrd r3, r4, [r0]\n\tldr r5, [r2], #8\n\t" READOUT_ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t"
+          "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\tbne 1b\n"
+          "4:\n\t" /* the numerators out, the next pair */
+          "ldr r12, [sp]\n\tldr r3, [r12, #12]\n\tstrd r6, r7, [r3], #8\n\tstrd r8, r9, [r3], #8\n\t"
+          "str r3, [r12, #12]\n\tldr r3, [r12, #20]\n\tsubs r3, r3, #1\n\tstr r3, [r12, #20]\n\tbne 5b\n\t"
+          "pop {r0, r4-r11, pc}");
 }
 #endif
 
