@@ -738,12 +738,10 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
   }
   /* the readout's table, the ones column (the denominator), then the values two at a time */
   if (query) readout_weights(p, h[0], h[1], beta);
-  for (m = 0; m < nr; ++m) {
-    ub[2 * m] = edgeosc_pack16(m ? ta->u[m] : ta->u[0] >> 1, m ? tb->u[m] : tb->u[0] >> 1);
-    ub[2 * m + 1] = query ? beta[m] : 0;
-  }
+  ub[0] = edgeosc_pack_bottoms(ta->u[0] >> 1, tb->u[0] >> 1), ub[1] = query ? beta[0] : 0;
+  for (m = 1; m < nr; ++m) ub[2 * m] = edgeosc_pack_bottoms(ta->u[m], tb->u[m]), ub[2 * m + 1] = query ? beta[m] : 0;
   ub[2 * nr] = 0, ub[2 * nr + 1] = (int32_t)READOUT_SENTINEL;
-  for (d = 0; d < dv; ++d) vv[d] = edgeosc_pack16(ta->v[d] - p->zp_v, tb->v[d] - p->zp_v);
+  for (d = 0; d < dv; ++d) vv[d] = edgeosc_pack_bottoms(ta->v[d] - p->zp_v, tb->v[d] - p->zp_v);
   vv[dv] = 0x00010001;
   readout_columns(sr + dv, sr + dv, vv[dv], vv[dv], stride, ub, &n0, &n1, query);
   if (query) divider(p, n0, &div);
