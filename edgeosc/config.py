@@ -144,6 +144,9 @@ class ModelConfig:
     # frame's work per hop (KWSTransformer.stream_step)
     window: int = 0
     rotate_anchors: bool = True  # streaming oscillator: anchors turn by a learned per-head angle per frame
+    # streaming softmax: a fixed penalty per frame of distance on each head's scores (ALiBi, Press et al. 2022:
+    # slopes 2^(-8 h / H)), its relative position; off: the causal stem is its only position signal
+    distance_bias: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
@@ -154,6 +157,9 @@ class ModelConfig:
             raise ValueError(f"unknown anchors {self.anchors!r}; choose 'projected' or 'tied'")
         if self.key_gate and self.attention != "oscillator":
             raise ValueError("key_gate is an oscillator setting")
+        if self.distance_bias and self.attention != "softmax":
+            raise ValueError("distance_bias is the streaming softmax's relative position (the oscillator's: "
+                             "rotate_anchors)")
         if self.d_osc < 1 or self.p < 1:
             raise ValueError("d_osc and p must be >= 1")
         if self.phase_map not in PHASE_MAPS or self.phase_readout not in PHASE_READOUTS or not self.max_step > 0:

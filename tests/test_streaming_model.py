@@ -8,7 +8,8 @@ from edgeosc.config import ModelConfig
 from edgeosc.models.kws import build_model
 
 OSC = dict(attention="oscillator", d_osc=2, positive="taylor2", key_gate=True, form="linear")
-KINDS = {"oscillator": OSC, "softmax": dict(attention="softmax")}
+KINDS = {"oscillator": OSC, "softmax": dict(attention="softmax"),
+         "softmax-distance-bias": dict(attention="softmax", distance_bias=True)}
 
 
 def net(kind: str, window: int, seed: int = 0, **settings):
@@ -84,6 +85,17 @@ def test_anchors_turn_per_frame_and_the_setting_is_measured_both_ways():
     assert not torch.allclose(r0, r5)
 
 
+def test_distance_bias_takes_each_heads_slope_per_frame_of_distance():
+    from edgeosc.models.attention import SoftmaxAttention
+    attn, t = SoftmaxAttention(32, 4, window=8, distance_bias=True), torch.arange(6)
+    slopes = 2.0 ** (-8.0 * torch.arange(1, 5) / 4)  # ALiBi's for 4 heads: 1/4, 1/16, 1/64, 1/256
+    want = -slopes[:, None, None] * (t[:, None] - t[None, :])
+    assert torch.equal(attn.bias(t, t), want)
+    assert SoftmaxAttention(32, 4, window=8).bias(t, t) is None
+    with pytest.raises(ValueError, match="needs a window"):
+        SoftmaxAttention(32, 4, distance_bias=True)
+
+
 def test_it_learns_causally():
     x, y = features(tone_clipset(n_per_class=12, seed=0))
     held, held_y = features(tone_clipset(n_per_class=20, seed=1))
@@ -102,6 +114,8 @@ def test_settings_that_cannot_stream_are_refused(tmp_path):
             ModelConfig(window=49, **bad)
     with pytest.raises(ValueError, match="window"):
         ModelConfig(window=-1)
+    with pytest.raises(ValueError, match="distance_bias"):
+        ModelConfig(window=49, distance_bias=True, **OSC)
     with pytest.raises(ValueError, match="streaming variant"):
         net("softmax", 0).stream_step(torch.randn(1, 40))
     with pytest.raises(ValueError, match=r"one frame \[batch, 40\]"):

@@ -267,12 +267,13 @@ def window_mask(T: int, window: int, device=None) -> Tensor:
 
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
-                      return_weights: bool = False, quant=None):
-    """The baseline: scaled dot-product attention with a softmax over keys."""
+                      return_weights: bool = False, quant=None, bias: Tensor | None = None):
+    """The baseline: scaled dot-product attention with a softmax over keys; bias [H, Tq, Tk] added to the scores."""
     quant = _identity if quant is None else quant
     q, k, v = quant("q", q), quant("k", k), quant("v", v)
     qk = quant("qk", q @ k.transpose(-1, -2))  # [B,H,T,T]
-    s = _masked_fill(qk / math.sqrt(q.shape[-1]), mask, float("-inf"))
+    s = qk / math.sqrt(q.shape[-1]) if bias is None else qk / math.sqrt(q.shape[-1]) + bias
+    s = _masked_fill(s, mask, float("-inf"))
     a = quant("a", torch.softmax(s, -1))
     out = quant("out", a @ v)
     return (out, a) if return_weights else out
@@ -365,18 +366,33 @@ class _Heads(Hooked):
 
 
 class SoftmaxAttention(_Heads):
-    """window > 0: causal, each query reads the last `window` keys (a stream keeps them in a key/value cache)."""
+    """window > 0: causal, each query reads the last `window` keys (a stream keeps them in a key/value cache);
+    distance_bias: each head's scores less slope_h x (i - j), ALiBi's relative position (fixed slopes)."""
 
-    def __init__(self, d_model: int, heads: int, score_scale: float = 1.0, window: int = 0):
+    def __init__(self, d_model: int, heads: int, score_scale: float = 1.0, window: int = 0,
+                 distance_bias: bool = False):
         super().__init__(d_model, heads, score_scale)
+        if distance_bias and not window:
+            raise ValueError("distance_bias is the streaming softmax's relative position: it needs a window")
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.window = window
+        slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1) / heads)
+        self.register_buffer("slopes", slopes if distance_bias else None, persistent=False)
+
+    def bias(self, queries: Tensor, keys: Tensor) -> Tensor | None:
+        """[H, Tq, Tk] the distance penalty between query and key positions, or None."""
+        if self.slopes is None:
+            return None
+        return -self.slopes[:, None, None] * (queries[:, None] - keys[None, :]).to(self.slopes.dtype)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.qkv_heads(x)
+        bias = None
         if self.window:
             mask = window_mask(x.shape[1], self.window, x.device)
-        return self.merge(softmax_attention(q, k, v, mask=mask, quant=self.quant))
+            t = torch.arange(x.shape[1], device=x.device)
+            bias = self.bias(t, t)
+        return self.merge(softmax_attention(q, k, v, mask=mask, quant=self.quant, bias=bias))
 
     def step(self, x: Tensor, state: dict) -> Tensor:
         """One frame x [B,1,d] of a stream: its key and value join the cache (the oldest leaves once `window` are
@@ -385,7 +401,9 @@ class SoftmaxAttention(_Heads):
         keys = torch.cat([state["k"], k], 2)[:, :, -self.window:] if "k" in state else k
         values = torch.cat([state["v"], v], 2)[:, :, -self.window:] if "v" in state else v
         state["k"], state["v"] = keys, values
-        return self.merge(softmax_attention(q, keys, values))
+        n = keys.shape[2]  # the query is the cache's last position
+        bias = self.bias(torch.tensor([n - 1], device=x.device), torch.arange(n, device=x.device))
+        return self.merge(softmax_attention(q, keys, values, bias=bias))
 
 
 class OscillatorAttention(_Heads):

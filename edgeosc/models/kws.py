@@ -74,7 +74,8 @@ class KWSTransformer(Hooked):
     @staticmethod
     def _attention(cfg: ModelConfig) -> nn.Module:
         if cfg.attention == "softmax":
-            return SoftmaxAttention(cfg.d_model, cfg.heads, cfg.score_scale, window=cfg.window)
+            return SoftmaxAttention(cfg.d_model, cfg.heads, cfg.score_scale, window=cfg.window,
+                                    distance_bias=bool(cfg.window) and cfg.distance_bias)
         return OscillatorAttention(cfg.d_model, cfg.heads, cfg.d_osc, cfg.p, cfg.positive, cfg.anchors, cfg.eps,
                                    form=cfg.form, score_scale=cfg.score_scale, key_gate=cfg.key_gate,
                                    window=cfg.window, rotate_anchors=bool(cfg.window) and cfg.rotate_anchors)
