@@ -100,7 +100,7 @@ def test_it_learns_causally():
     x, y = features(tone_clipset(n_per_class=12, seed=0))
     held, held_y = features(tone_clipset(n_per_class=20, seed=1))
     torch.manual_seed(0)
-    for kind in KINDS:
+    for kind in ("oscillator", "softmax"):
         model = fit(build_model(ModelConfig(window=49, n_classes=3, dropout=0.0, **KINDS[kind])), x, y, 40, 1e-2)
         with torch.no_grad():
             acc = (model(held).argmax(-1) == held_y).float().mean().item()

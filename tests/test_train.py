@@ -52,10 +52,10 @@ def test_stream_context_puts_another_clip_before_each_and_needs_a_streaming_mode
         model.register_forward_pre_hook(lambda m, args: seen.append(args[0].shape[1]) if m.training else None)
         return model
 
-    cfg = dataclasses.replace(TRAIN, epochs=8, lr=1e-2, stream_context=20)
-    res = train(tones, tmp_path, model_cfg=ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR),
-                feature_cfg=FeatureConfig(), train_cfg=cfg, data_cfg=data_cfg, progress=False, build=build)
-    assert res["best_val_accuracy"] > 0.6 and set(seen) == {FeatureConfig().n_frames + 20}
+    cfg = dataclasses.replace(TRAIN, epochs=1, stream_context=20)
+    train(tones, tmp_path, model_cfg=ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR),
+          feature_cfg=FeatureConfig(), train_cfg=cfg, data_cfg=data_cfg, progress=False, build=build)
+    assert set(seen) == {FeatureConfig().n_frames + 20}
     with pytest.raises(ValueError, match="streaming model"):
         run(tones, data_cfg, tmp_path / "whole", train_cfg=cfg)
     with pytest.raises(ValueError, match="at most its 49 frames"):
