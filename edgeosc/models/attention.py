@@ -272,8 +272,8 @@ def softmax_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = 
     quant = _identity if quant is None else quant
     q, k, v = quant("q", q), quant("k", k), quant("v", v)
     qk = quant("qk", q @ k.transpose(-1, -2))  # [B,H,T,T]
-    s = qk / math.sqrt(q.shape[-1]) if bias is None else qk / math.sqrt(q.shape[-1]) + bias
-    s = _masked_fill(s, mask, float("-inf"))
+    s = qk / math.sqrt(q.shape[-1])
+    s = _masked_fill(s if bias is None else s + bias, mask, float("-inf"))
     a = quant("a", torch.softmax(s, -1))
     out = quant("out", a @ v)
     return (out, a) if return_weights else out
