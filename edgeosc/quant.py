@@ -44,7 +44,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
 from .config import QUANT_PRESETS, QuantConfig, to_dict
 from .integer.reference import LINEAR_P
 from .models.attention import (GATE_POINTS, LAYER_POINTS, LINEAR_GATE_POINTS, LINEAR_POINTS, QUANT_POINTS,
-                                SoftmaxAttention, unit)
+                               STREAM_GATE_POINTS, SoftmaxAttention, unit)
 from .models.dscnn import DSCNN
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
@@ -148,8 +148,22 @@ class QATModel(nn.Module):
         self.net = net
         self.output_quant = qnn.QuantIdentity(preset.act)  # int8 logits: parity is measured in their LSBs
 
-    def forward(self, feats: Tensor) -> Tensor:  # [B,T,C] -> [B,classes]
+    def forward(self, feats: Tensor, per_frame: bool = False) -> Tensor:  # [B,T,C] -> [B,classes]
+        if per_frame:  # a streaming network's every frame (KWSTransformer.forward)
+            return self.output_quant(self.net(self.input_quant(feats), per_frame=True))
         return self.output_quant(self.net(self.input_quant(feats)))
+
+    # a streaming network (ModelConfig.window > 0) runs one frame at a time through the same points
+    @property
+    def window(self) -> int:
+        return self.net.window
+
+    def set_window(self, window: int) -> None:
+        self.net.set_window(window)
+
+    def stream_step(self, frame: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
+        logits, state = self.net.stream_step(frame, state, input_quant=self.input_quant)
+        return self.output_quant(logits), state
 
     def checkpoint_record(self) -> dict:
         """What a checkpoint keeps to rebuild and trace this model: preset, source, calibration."""
@@ -210,7 +224,7 @@ def fold_norms(net: KWSTransformer) -> KWSTransformer:
 def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
     """Points everywhere the int8 graph holds a tensor; Linear inputs share their producer's quantizer."""
     fold_norms(net)
-    net.quant = QuantPoints(MODEL_POINTS, preset)
+    net.quant = QuantPoints(tuple(n for n in MODEL_POINTS if n != "pos" or net.pos is not None), preset)
     net.stem = _quant_layer(net.stem, preset, output_quant=preset.act)  # input: QATModel.input_quant
     for block in net.blocks:
         attn = block.attn
@@ -223,7 +237,8 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
         names = ((LINEAR_POINTS if linear else QUANT_POINTS[kind])
                  + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or anchor is not None)
-                 + ((LINEAR_GATE_POINTS if linear else GATE_POINTS) if gate is not None else ()))
+                 + ((STREAM_GATE_POINTS if attn.window else LINEAR_GATE_POINTS if linear else GATE_POINTS)
+                    if gate is not None else ()))
         attn.quant = QuantPoints(names, preset, FIXED[kind])
         for name in _norm1_readers(attn):
             setattr(attn, name, _quant_layer(getattr(attn, name), preset, block.norm1.quant.proxy("norm")))
@@ -255,8 +270,6 @@ def _quantize_dscnn(qat: QATModel, preset: Preset) -> None:
 
 def quantize_model(model: nn.Module, quant_cfg: QuantConfig) -> QATModel:
     """The QAT twin of a float KWS network of any kind, with its float weights (the input is kept)."""
-    if getattr(getattr(model, "cfg", None), "window", 0):
-        raise ValueError("QAT of the streaming variant (model window > 0) is not built yet: it trains in float")
     preset, net = PRESETS[quant_cfg.preset], copy.deepcopy(model)
     if isinstance(net, DSCNN):
         qat = QATModel(net, quant_cfg)

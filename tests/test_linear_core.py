@@ -137,6 +137,20 @@ def test_degenerate_inputs():
     assert np.array_equal(ck.linear_core(pq, q, k, v, r, g), R.linear_core_int8(pq, q, k, v, r, g))
 
 
+def test_float_core_without_weight_on_any_key_gives_zero_and_a_finite_gradient():
+    """A stream's gates can all round to 0 over a window (QAT): the integer core's 0, and no NaN for training."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 4, requires_grad=True) for _ in range(3))
+    r = torch.nn.functional.normalize(torch.randn(2, 2, 6, 2), dim=-1)
+    g = torch.rand(2, 2, 6, 1)
+    g[:, :, :3] = 0  # the first three queries' causal windows hold no weighted key
+    g.requires_grad_()
+    out = oscillator_attention_linear(q, k, v, r, p=2, g=g, causal=True)
+    assert (out[:, :, :3] == 0).all() and (out[:, :, 3:].abs() > 0).any()
+    (out * torch.randn_like(out)).sum().backward()  # a gradient at the zeros too (as a quantizer passes one)
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v, g))
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(p=5), "p = 5 is out of range"),
     (dict(p=0), "p = 0 is out of range"),

@@ -56,6 +56,7 @@ LAYER_POINTS = {"oscillator": ("r_raw", "proj"), "softmax": ("proj",)}
 # pow = (1 + zr)^p before c = pow gn, and cn the unit rows of c. The linear form reads gn only.
 GATE_POINTS = ("g_raw", "g", "gn", "pow", "cn")
 LINEAR_GATE_POINTS = GATE_POINTS[:3]
+STREAM_GATE_POINTS = GATE_POINTS[:2]  # a stream's gate is a sigmoid per key, not normalised over the keys
 
 
 def _identity(name: str, x: Tensor) -> Tensor:
@@ -248,10 +249,13 @@ def linear_query(q: Tensor, coupling: Tensor, readout: Tensor, p: int, eps: floa
     def contract(x: Tensor, sums: Tensor) -> Tensor:
         return x @ sums if sums.ndim == x.ndim else (x.unsqueeze(-2) @ sums).squeeze(-2)
 
-    hs = contract(coupling_features(q), coupling)
-    z = quant("z", unit(hs[..., :-1] / hs[..., -1:].clamp_min(tiny), eps))  # [..., d_osc]
-    nd = contract(readout_features(z, z, p)[0], readout)
-    return quant("out", nd[..., :-1] / nd[..., -1:].clamp_min(tiny))
+    def ratio(sums: Tensor) -> Tensor:  # the weighted mean; 0 where no key has weight (all gates at 0 in a stream's
+        num, den = sums[..., :-1], sums[..., -1:]  # window, as the integer core gives), with a gradient there too
+        some = den > tiny
+        return torch.where(some, num / torch.where(some, den, torch.ones_like(den)), torch.zeros_like(num))
+
+    z = quant("z", unit(ratio(contract(coupling_features(q), coupling)), eps))  # [..., d_osc]
+    return quant("out", ratio(contract(readout_features(z, z, p)[0], readout)))
 
 
 def rotate_pairs(x: Tensor, angle: Tensor) -> Tensor:
@@ -403,7 +407,7 @@ class SoftmaxAttention(_Heads):
         state["k"], state["v"] = keys, values
         n = keys.shape[2]  # the query is the cache's last position
         bias = self.bias(torch.tensor([n - 1], device=x.device), torch.arange(n, device=x.device))
-        return self.merge(softmax_attention(q, keys, values, bias=bias))
+        return self.merge(softmax_attention(q, keys, values, bias=bias, quant=self.quant))
 
 
 class OscillatorAttention(_Heads):
@@ -479,6 +483,7 @@ class OscillatorAttention(_Heads):
         t = int(state.get("t", 0))
         q, k, v = self.qkv_heads(x)
         r, g = self.anchors_of(x, k, t), self.gates_of(x)
+        q, k, v, r = (self.point(name, a) for name, a in zip("qkvr", (q, k, v, r)))  # the core's int8 inputs
         coupling, readout = linear_key_terms(k, r, v, g, self.p)
         if "coupling" in state:
             coupling, readout = coupling + state["coupling"], readout + state["readout"]
@@ -489,7 +494,7 @@ class OscillatorAttention(_Heads):
             c_old, r_old = linear_key_terms(old[0], old[1], old[2], old[3] if g is not None else None, self.p)
             coupling, readout, kept = coupling - c_old, readout - r_old, [a[:, :, 1:] for a in kept]
         state.update(t=t + 1, coupling=coupling, readout=readout, keys=kept)
-        return self.merge(linear_query(q, coupling, readout, self.p, self.eps))
+        return self.merge(linear_query(q, coupling, readout, self.p, self.eps, self.quant))
 
 
 class SwiGLU(nn.Module):

@@ -49,8 +49,9 @@ class Block(Hooked):
         self.ff = nn.Sequential(nn.Linear(d_model, 2 * d_model), nn.ReLU(), nn.Linear(2 * d_model, d_model))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.point("res1", x + self.drop(self.attn(self.norm1(x))))
+    def forward(self, x: Tensor, attend=None) -> Tensor:
+        """attend: the attention to run instead of self.attn (a stream's step, which carries its state)."""
+        x = self.point("res1", x + self.drop((attend or self.attn)(self.norm1(x))))
         hidden = self.point("ff_hidden", self.ff[1](self.ff[0](self.norm2(x))))
         return self.point("res2", x + self.drop(self.point("ff_out", self.ff[2](hidden))))
 
@@ -129,11 +130,12 @@ class KWSTransformer(Hooked):
             raise ValueError(f"stream_step: this state is for a batch of {made_batch} streams, the frame has {batch}")
         return state
 
-    def stream_step(self, frame: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
+    def stream_step(self, frame: Tensor, state: dict | None = None, input_quant=None) -> tuple[Tensor, dict]:
         """One feature frame [B, C] of a stream -> (its logits [B, classes], the state to pass with the next frame).
         state None starts a stream (as forward starts a clip). What it holds: the stem's two previous frames, per
         block the attention's state (attention.py's step), the pooling's last `window` frames and their sum, and
-        whose state it is (another model's, another window's or another batch's is refused by name)."""
+        whose state it is (another model's, another window's or another batch's is refused by name). Every
+        quantization point of forward is passed the same way; input_quant (QAT) quantizes the stem's input."""
         if not self.window:
             raise ValueError("stream_step needs the streaming variant (ModelConfig.window > 0)")
         if frame.dim() != 2 or frame.shape[1] != self.cfg.n_coeffs:
@@ -142,19 +144,19 @@ class KWSTransformer(Hooked):
         state = self._stream_state(state, frame.shape[0])
         past = state.get("stem", frame.new_zeros(frame.shape[0], 2, frame.shape[1]))
         frames = torch.cat([past, frame[:, None]], 1)  # [B,3,C]
-        x = self.stem(frames.transpose(1, 2)).transpose(1, 2)  # [B,1,d]
+        stem_in = frames if input_quant is None else input_quant(frames)  # past frames: already on the grid
+        x = self.point("embed", self.stem(stem_in.transpose(1, 2)).transpose(1, 2))  # [B,1,d]
         state["stem"] = frames[:, 1:]
         for i, block in enumerate(self.blocks):
             blk = state.setdefault(f"block{i}", {})
-            x = x + block.attn.step(block.norm1(x), blk)
-            x = x + block.ff(block.norm2(x))
+            x = block(x, attend=lambda n, attn=block.attn, blk=blk: attn.step(n, blk))
         y = self.norm(x)[:, 0]  # [B,d]
         kept = torch.cat([state["pool"], y[:, None]], 1) if "pool" in state else y[:, None]
         total = y + state["pool_sum"] if "pool_sum" in state else y
         if kept.shape[1] > self.window:
             total, kept = total - kept[:, 0], kept[:, 1:]
         state["pool"], state["pool_sum"] = kept, total
-        return self.head(total / kept.shape[1]), state
+        return self.head(self.point("pool", total / kept.shape[1])), state
 
 
 class KWSKuramoto(nn.Module):
