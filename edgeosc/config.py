@@ -147,9 +147,6 @@ class ModelConfig:
     # streaming softmax: a fixed penalty per frame of distance on each head's scores (ALiBi, Press et al. 2022:
     # slopes 2^(-8 h / H)), its relative position; off: the causal stem is its only position signal
     distance_bias: bool = False
-    # streaming: the clip's logits from the running "mean" of the last `window` frames' outputs, or from the "last"
-    # frame's alone (its attention has read the window; no pooling state)
-    pool: str = "mean"
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
@@ -163,8 +160,6 @@ class ModelConfig:
         if self.distance_bias and self.attention != "softmax":
             raise ValueError("distance_bias is the streaming softmax's relative position (the oscillator's: "
                              "rotate_anchors)")
-        if self.pool not in ("mean", "last") or (self.pool == "last" and not self.window):
-            raise ValueError(f"pool {self.pool!r}: 'mean', or 'last' for the streaming variant (window > 0)")
         if self.d_osc < 1 or self.p < 1:
             raise ValueError("d_osc and p must be >= 1")
         if self.phase_map not in PHASE_MAPS or self.phase_readout not in PHASE_READOUTS or not self.max_step > 0:

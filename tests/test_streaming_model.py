@@ -9,8 +9,7 @@ from edgeosc.models.kws import build_model
 
 OSC = dict(attention="oscillator", d_osc=2, positive="taylor2", key_gate=True, form="linear")
 KINDS = {"oscillator": OSC, "softmax": dict(attention="softmax"),
-         "softmax-distance-bias": dict(attention="softmax", distance_bias=True),
-         "oscillator-last": dict(OSC, pool="last")}
+         "softmax-distance-bias": dict(attention="softmax", distance_bias=True)}
 
 
 def net(kind: str, window: int, seed: int = 0, **settings):
@@ -51,8 +50,8 @@ def test_causal_and_bounded_by_the_window(kind):
     changed[:, 30:] = torch.randn(1, 10, 40)
     with torch.no_grad():
         a, b = model(x, per_frame=True), model(changed, per_frame=True)
-    # frame t reads frames t - 2 .. t (stem), then W frames per attention layer and the pooling's W (if it pools)
-    reach = 2 + (2 + (model.cfg.pool == "mean")) * (W - 1)
+    # frame t reads frames t - 2 .. t (stem), then W frames per attention layer and the pooling's W
+    reach = 2 + 3 * (W - 1)
     assert (a[:, reach] - b[:, reach]).abs().max() > 1e-3  # frame 0 matters within reach
     # and not beyond it (but for the rounding of the prefix sums a window subtracts from), nor the future before it
     assert torch.allclose(a[:, reach + 1:30], b[:, reach + 1:30], atol=1e-5)
@@ -143,8 +142,6 @@ def test_settings_that_cannot_stream_are_refused(tmp_path):
         ModelConfig(window=-1)
     with pytest.raises(ValueError, match="distance_bias"):
         ModelConfig(window=49, distance_bias=True, **OSC)
-    with pytest.raises(ValueError, match="'last' for the streaming variant"):
-        ModelConfig(pool="last", **OSC)
     with pytest.raises(ValueError, match="streaming variant"):
         net("softmax", 0).stream_step(torch.randn(1, 40))
     with pytest.raises(ValueError, match=r"one frame \[batch, 40\]"):

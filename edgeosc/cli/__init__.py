@@ -153,8 +153,6 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--rotate-anchors", "model.rotate_anchors", None),
     ("--distance-bias", "model.distance_bias", "Streaming softmax: a fixed penalty per frame of distance on each "
      "head's scores (ALiBi's relative position); off: the causal stem is its only position signal"),
-    ("--pool", "model.pool", "Streaming: the logits from the running mean of the window's frame outputs, or from "
-     "the last frame's (its attention has read the window)"),
     ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands; >0: that many MFCCs"),
     ("--normalize", "features.normalize", "Per-clip mean subtraction of the features: over every frame "
      "(utterance) or over the frames within 30 dB of the clip's loudest (active, log-mel only)"),

@@ -59,7 +59,7 @@ class Block(Hooked):
 class KWSTransformer(Hooked):
     """cfg.window > 0 builds the streaming variant: a causal stem (left padding), attention over the last `window`
     frames, no absolute positions (the oscillator's anchors turn per frame instead), the pooling a running mean over
-    the window (or none: cfg.pool "last"); the clip's logits are its last frame's, and stream_step runs it one frame at a time."""
+    the window; the clip's logits are its last frame's, and stream_step runs it one frame at a time."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -94,9 +94,6 @@ class KWSTransformer(Hooked):
         y = self.norm(x)
         if not self.window:
             return self.head(self.point("pool", y.mean(1)))  # mean over time -> [B,classes]
-        if self.cfg.pool == "last":
-            pooled = self.point("pool", y)
-            return self.head(pooled if per_frame else pooled[:, -1])
         sums = y.cumsum(1)  # running mean over the last `window` frames
         sums = torch.cat([sums[:, :self.window], sums[:, self.window:] - sums[:, :-self.window]], 1)
         counts = torch.arange(1, y.shape[1] + 1, device=y.device).clamp_max(self.window).to(y.dtype)[:, None]
@@ -154,8 +151,6 @@ class KWSTransformer(Hooked):
             blk = state.setdefault(f"block{i}", {})
             x = block(x, attend=lambda n, attn=block.attn, blk=blk: attn.step(n, blk))
         y = self.norm(x)[:, 0]  # [B,d]
-        if self.cfg.pool == "last":
-            return self.head(self.point("pool", y)), state
         kept = torch.cat([state["pool"], y[:, None]], 1) if "pool" in state else y[:, None]
         total = y + state["pool_sum"] if "pool_sum" in state else y
         if kept.shape[1] > self.window:
