@@ -85,6 +85,24 @@ def test_anchors_turn_per_frame_and_the_setting_is_measured_both_ways():
     assert not torch.allclose(r0, r5)
 
 
+def test_a_streams_age_does_not_move_its_outputs():
+    """Anchors turn by omega t with t the frame count: a month at 20 ms hops is 1.3e8 frames, where float32 omega t
+    would be off by radians. Positions are relative, so the outputs at any age equal those at age 0."""
+    attn = net("oscillator", 8).blocks[0].attn
+    x = torch.randn(1, 12, 32)
+
+    def run(age):
+        state = {"t": age}
+        return torch.cat([attn.step(x[:, i:i + 1], state) for i in range(x.shape[1])], 1)
+    with torch.no_grad():
+        young = run(0)
+        for age in (4_320_000, 130_000_000):  # a day, a month
+            assert torch.allclose(run(age), young, atol=1e-5), (age, (run(age) - young).abs().max())
+    omega = attn.omega
+    attn.anchors_of(x, None, 5).sum().backward()  # the angle still trains
+    assert omega.grad is not None and omega.grad.abs().sum() > 0
+
+
 def test_distance_bias_takes_each_heads_slope_per_frame_of_distance():
     from edgeosc.models.attention import SoftmaxAttention
     attn, t = SoftmaxAttention(32, 4, window=8, distance_bias=True), torch.arange(6)
