@@ -103,6 +103,23 @@ def test_a_streams_age_does_not_move_its_outputs():
     assert omega.grad is not None and omega.grad.abs().sum() > 0
 
 
+def test_float_sums_are_refreshed_from_the_kept_keys_every_window():
+    """Adding and subtracting keys in float32 all day would let rounding pile up in the sums; every `window` frames
+    the stream recomputes them from the keys it keeps, so the error stays that of one window."""
+    from edgeosc.models.attention import linear_key_terms
+    attn, state = net("oscillator", 5).blocks[0].attn, {}
+    with torch.no_grad():
+        for _ in range(10):
+            attn.step(torch.randn(1, 1, 32), state)
+        k, r, v, g = state["keys"]
+        fresh = [a.sum(2, keepdim=True) for a in linear_key_terms(k, r, v, g, attn.p)]
+    assert torch.equal(state["coupling"], fresh[0]) and torch.equal(state["readout"], fresh[1])
+    model = net("softmax", 5)  # the pooling's running sum too
+    with torch.no_grad():
+        _, state = stream(model, torch.randn(1, 10, 40))
+    assert torch.equal(state["pool_sum"], state["pool"].sum(1))
+
+
 def test_distance_bias_takes_each_heads_slope_per_frame_of_distance():
     from edgeosc.models.attention import SoftmaxAttention
     attn, t = SoftmaxAttention(32, 4, window=8, distance_bias=True), torch.arange(6)

@@ -496,6 +496,11 @@ class OscillatorAttention(_Heads):
             old = [a[:, :, :1] for a in kept]
             c_old, r_old = linear_key_terms(old[0], old[1], old[2], old[3] if g is not None else None, self.p)
             coupling, readout, kept = coupling - c_old, readout - r_old, [a[:, :, 1:] for a in kept]
+        if (t + 1) % self.window == 0:  # the sums afresh from the kept keys every `window` frames (O(1) a frame on
+            # average): float32 rounding of a day's adds and subtracts would otherwise pile up (the integer sums wrap
+            # exactly and need none of this)
+            coupling, readout = (a.sum(2, keepdim=True) for a in linear_key_terms(
+                kept[0], kept[1], kept[2], kept[3] if g is not None else None, self.p))
         state.update(t=t + 1, coupling=coupling, readout=readout, keys=kept)
         return self.merge(linear_query(q, coupling, readout, self.p, self.eps, self.quant))
 

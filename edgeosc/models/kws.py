@@ -133,7 +133,8 @@ class KWSTransformer(Hooked):
     def stream_step(self, frame: Tensor, state: dict | None = None, input_quant=None) -> tuple[Tensor, dict]:
         """One feature frame [B, C] of a stream -> (its logits [B, classes], the state to pass with the next frame).
         state None starts a stream (as forward starts a clip). What it holds: the stem's two previous frames, per
-        block the attention's state (attention.py's step), the pooling's last `window` frames and their sum, and
+        block the attention's state (attention.py's step), the pooling's last `window` frames, their sum and the frame
+        count, and
         whose state it is (another model's, another window's or another batch's is refused by name). Every
         quantization point of forward is passed the same way; input_quant (QAT) quantizes the stem's input."""
         if not self.window:
@@ -155,6 +156,9 @@ class KWSTransformer(Hooked):
         total = y + state["pool_sum"] if "pool_sum" in state else y
         if kept.shape[1] > self.window:
             total, kept = total - kept[:, 0], kept[:, 1:]
+        state["frames"] = state.get("frames", 0) + 1
+        if state["frames"] % self.window == 0:  # afresh every window, as the oscillator's sums: no float drift
+            total = kept.sum(1)
         state["pool"], state["pool_sum"] = kept, total
         return self.head(self.point("pool", total / kept.shape[1])), state
 
