@@ -4,6 +4,7 @@ The state is a sum over keys: adding a key and then subtracting it restores it b
 of a stream), and the C and numpy states are the same integers.
 """
 import ctypes
+import dataclasses
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def float_linear(pq, scales, q, k, v, r, g):
     gate = None if g is None else t(g, pq.zp["g"], 1.0)[..., None]
     out = oscillator_attention_linear(t(q, pq.zp["q"], scales["q"]), t(k, pq.zp["k"], scales["k"]),
                                       t(v, pq.zp["v"], scales["v"]), t(r, 0, 1 / 128), p=pq.p, causal=pq.causal,
-                                      g=gate)[0].numpy()
+                                      window=pq.window, g=gate)[0].numpy()
     return np.clip(np.round(out / scales["out"]) + pq.zp["out"], -128, 127)
 
 
@@ -89,6 +90,32 @@ def test_worst_case_bounds_at_196_tokens(gated):
     want = R.linear_core_int8(pq, *x)
     assert np.array_equal(ck.linear_core(pq, *x), want)
     assert np.array_equal(want, float_linear(pq, scales, *x))  # every v_j is -255: so is the mean (-85 steps)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_windowed_core_is_each_query_over_its_own_keys(gated):
+    """causal with window W: query i reads keys i - W < j <= i. The C core steps as a stream does (key i added,
+    key i - W removed, query i read, one pass a step); each output equals the core run on that query's W keys
+    alone, and the float core with the same window within two steps."""
+    rng = np.random.default_rng(21 + gated)
+    H, T, W, dh, dv = 2, 40, 7, 8, 8
+    x = case(rng, H, T, dh, dv, gated)
+    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W)
+    want = R.linear_core_int8(pq, *x)
+    assert np.array_equal(ck.linear_core(pq, *x), want)
+    whole = R.linear_quant_from_scales(SCALES, dh, 4, ZP)
+    for i in (0, W - 1, W, T - 1):
+        lo = max(0, i - W + 1)
+        alone = R.linear_core_int8(whole, *(None if a is None else a[:, lo:i + 1] for a in x))
+        assert np.array_equal(want[:, i], alone[:, -1]), i
+    assert not np.array_equal(want, R.linear_core_int8(dataclasses.replace(pq, window=0), *x))
+    # a mean of 7 keys weighted by (1 + z.r)^4 moves more with z's int8 step than one of 49: up to 2 steps, rarely
+    diff = np.abs(want.astype(int) - float_linear(pq, SCALES, *x))
+    assert diff.max() <= 2 and diff.mean() < 0.15, (diff.max(), diff.mean())
+    with pytest.raises(ValueError, match="a sliding window is causal"):
+        R.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=False, window=W)
+    with pytest.raises(ValueError, match="rejected its parameters"):  # the C core refuses it too
+        ck.linear_core(dataclasses.replace(pq, causal=False), *x)
 
 
 def test_sliding_window_state_is_exact():
@@ -174,8 +201,8 @@ def test_c_refuses_what_it_cannot_compute():
             ck.linear_core(wrong, *x)
 
 
-def linear_op_model(shapes, scales, zp, p, gated, lead=()) -> bytes:
-    """One EdgeOscAttention op with form "linear": q, k, v, r (+ g [.., H, 1, T]) -> out."""
+def linear_op_model(shapes, scales, zp, p, gated, lead=(), **options) -> bytes:
+    """One EdgeOscAttention op with form "linear": q, k, v, r (+ g [.., H, 1, T]) -> out; options: causal, window."""
     from edgeosc.export.tflite import custom_op as tflite_op
     from edgeosc.export.tflite.builder import TFLiteBuilder
 
@@ -186,7 +213,7 @@ def linear_op_model(shapes, scales, zp, p, gated, lead=()) -> bytes:
     if gated:
         xs.append(b.input("g", (*lead, H, 1, T), np.int8, 1 / 128, zp["g"]))
     out = b.tensor("out", (*lead, H, T, dv), np.int8, scale=scales["out"], zero_point=zp["out"])
-    b.custom(tflite_op.OP_NAME, xs, [out], tflite_op.custom_options(form="linear", p=p, heads=H, d_osc=2))
+    b.custom(tflite_op.OP_NAME, xs, [out], tflite_op.custom_options(form="linear", p=p, heads=H, d_osc=2, **options))
     b.mark_output(out)
     return b.to_bytes()
 
@@ -203,6 +230,10 @@ def test_custom_op_equals_reference(gated):
         np.testing.assert_array_equal(run_custom(linear_op_model(shapes, SCALES, ZP, p, gated), xs), want)
         lead = [x[None] for x in xs]  # a leading batch axis flattens into the heads
         np.testing.assert_array_equal(run_custom(linear_op_model(shapes, SCALES, ZP, p, gated, (1,)), lead)[0], want)
+        window = dict(causal=1, window=5)  # a stream's sliding window
+        pw = R.linear_quant_from_scales(SCALES, shapes[2], p, ZP, causal=True, window=5)
+        np.testing.assert_array_equal(run_custom(linear_op_model(shapes, SCALES, ZP, p, gated, **window), xs),
+                                      R.linear_core_int8(pw, q, k, v, r, g))
 
 
 def test_custom_op_refuses_bad_linear_settings():
@@ -212,24 +243,28 @@ def test_custom_op_refuses_bad_linear_settings():
         tflite_op.custom_options(form="linear", p=5)
     rng = np.random.default_rng(0)
     xs = list(case(rng, 1, 4, 4, 4, gated=False)[:4])
+    with pytest.raises(RuntimeError, match="bad custom options"):  # a window that is not causal
+        run_custom(linear_op_model((1, 4, 4, 4), SCALES, ZP, 2, False, window=2), xs)
     bad_r = linear_op_model((1, 4, 4, 4), dict(SCALES, r=1 / 64), ZP, 2, False)
     with pytest.raises(RuntimeError, match="r must be unit vectors"):
         run_custom(bad_r, xs)
 
 
-@pytest.mark.parametrize("gated", [False, True])
-def test_firmware_lowering_equals_reference(tmp_path, gated):
-    """The op lowered by export/c (edgeosc_linear_core_int8, its state in the arena) on the host build."""
+@pytest.mark.parametrize("gated, window", [(False, 0), (True, 0), (True, 9)])
+def test_firmware_lowering_equals_reference(tmp_path, gated, window):
+    """The op lowered by export/c (edgeosc_linear_core_int8, its state in the arena) on the host build; with a
+    window, as a stream's steps."""
     from edgeosc.bench.estimate import host_logits
     from edgeosc.export.c import generate
 
     rng = np.random.default_rng(5)
     shapes = (2, 49, 8, 8)
     model = tmp_path / "op.tflite"
-    model.write_bytes(linear_op_model(shapes, SCALES, ZP, 4, gated))
+    model.write_bytes(linear_op_model(shapes, SCALES, ZP, 4, gated, **(dict(causal=1, window=window) if window
+                                                                       else {})))
     info = generate(model, tmp_path / "fw", "op", features=None)
     assert "edgeosc_linear_core_int8" in (tmp_path / "fw" / "op_model.c").read_text() and info["calls"] == 1
-    pq = R.linear_quant_from_scales(SCALES, shapes[2], 4, ZP)
+    pq = R.linear_quant_from_scales(SCALES, shapes[2], 4, ZP, causal=bool(window), window=window)
     for _ in range(3):
         xs = case(rng, *shapes, gated)
         flat = np.concatenate([x.ravel() for x in xs if x is not None])[None]

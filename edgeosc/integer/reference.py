@@ -496,11 +496,13 @@ class LinearQuant:
     rq_out: Requant  # v's scale over out's: the readout is a weighted mean of the v_j
     zp: dict = field(default_factory=lambda: dict.fromkeys(S.LINEAR.zero_points, 0))  # q k v g out
     causal: bool = False
+    window: int = 0  # > 0 (causal): query i reads keys j in (i - window, i]
 
     def fields(self, heads: int, tokens: int, d_head: int, d_value: int) -> dict:
         """EdgeoscLinearParams by field name (schema.LINEAR)."""
         return S.LINEAR.ordered(dict(heads=heads, tokens=tokens, d_head=d_head, d_value=d_value, p=self.p,
-                                     causal=int(self.causal), **{f"zp_{n}": self.zp[n] for n in S.LINEAR.zero_points},
+                                     causal=int(self.causal), window=self.window,
+                                     **{f"zp_{n}": self.zp[n] for n in S.LINEAR.zero_points},
                                      c1=self.c1, rq_out=self.rq_out))
 
 
@@ -510,11 +512,13 @@ def linear_state_words(d_head: int, d_value: int, p: int) -> int:
 
 
 def linear_quant_from_scales(scales: dict, d_head: int, p: int, zp: dict | None = None,
-                             causal: bool = False) -> LinearQuant:
+                             causal: bool = False, window: int = 0) -> LinearQuant:
     """From the float32 scales of q, k, v, out (r and z are unit vectors at 1/128); refuses what the kernel's
     integer bounds do not hold."""
     if not LINEAR_P[0] <= p <= LINEAR_P[1]:
         raise ValueError(f"linear core: p = {p} is out of range {LINEAR_P[0]}..{LINEAR_P[1]}")
+    if window < 0 or (window and not causal):
+        raise ValueError(f"linear core: window {window}: a sliding window is causal and >= 0")
     s = float(_f32(scales["q"])) * float(_f32(scales["k"])) / math.sqrt(d_head)
     c1 = math.floor(2.0 / s + 0.5)  # as the custom op's Prepare computes it
     if not LINEAR_C1[0] <= c1 < LINEAR_C1[1]:
@@ -523,7 +527,7 @@ def linear_quant_from_scales(scales: dict, d_head: int, p: int, zp: dict | None 
     rq = requant(fc_multiplier(1.0, scales["v"], scales["out"]), 1.0, scales["v"], scales["out"])
     if not -10 <= rq.shift <= 20:
         raise ValueError(f"linear core: v's scale over out's ({rq.real:.3g}) is out of range")
-    return LinearQuant(p, c1, rq, {**dict.fromkeys(S.LINEAR.zero_points, 0), **(zp or {})}, causal)
+    return LinearQuant(p, c1, rq, {**dict.fromkeys(S.LINEAR.zero_points, 0), **(zp or {})}, causal, window)
 
 
 def _bitlen(x) -> np.ndarray:
@@ -573,10 +577,15 @@ def linear_key_features(k, v, r, g, pq: LinearQuant) -> tuple[np.ndarray, np.nda
 
 def linear_state(q, k, v, r, g, pq: LinearQuant) -> tuple[np.ndarray, np.ndarray]:
     """The int32 states each query reads, [H, T, Fc, 2] and [H, T, Fr, d_v + 1]: sums over all keys, or over
-    j <= i when causal (as int32 sums wrap)."""
+    j <= i when causal, i - window < j <= i with a window (as int32 sums wrap)."""
     sc, sr = linear_key_features(k, v, r, g, pq)
     if pq.causal:
-        return wrap32(np.cumsum(sc, 1)), wrap32(np.cumsum(sr, 1))
+        def running(f):  # prefix sums, less those `window` keys back
+            s = np.cumsum(f, 1)
+            if pq.window:
+                s[:, pq.window:] -= s[:, :-pq.window].copy()
+            return wrap32(s)
+        return running(sc), running(sr)
     T = np.shape(q)[1]
     return (np.repeat(wrap32(sc.sum(1, keepdims=True)), T, 1), np.repeat(wrap32(sr.sum(1, keepdims=True)), T, 1))
 

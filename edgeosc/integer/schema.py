@@ -146,6 +146,7 @@ LINEAR = Core("EdgeoscLinearParams", (
     _f("d_value", "int32", "v and out's last dim", "shape"),
     _f("p", "int32", "the readout's power, 1..4", "const"),
     _f("causal", "int32", "1: query i reads keys j <= i (prefix sums)", "const"),
+    _f("window", "int32", "W > 0 (causal): keys j in (i - W, i] only, a stream's sliding window", "const"),
     _zp("q", "input zero points (r is a unit vector at 1/128, 0)", "input"),
     _zp("k", "", "input"),
     _zp("v", "", "input"),

@@ -338,13 +338,15 @@ static int opt_number(const Flex *f, const FlexRef *root, const char *key, doubl
 }
 
 static int parse_linear(OpData *d, const Flex *f, const FlexRef *root) {
-  double p = 0, causal = 0, heads = 0, d_osc = 2;
+  double p = 0, causal = 0, window = 0, heads = 0, d_osc = 2;
   if (!opt_number(f, root, "p", 1, 4, &p) || !p || !opt_number(f, root, "causal", 0, 1, &causal) ||
+      !opt_number(f, root, "window", 0, 1 << 20, &window) || (window && !causal) ||
       !opt_number(f, root, "heads", 1, 1 << 20, &heads) || !opt_number(f, root, "d_osc", 2, 2, &d_osc))
     return 0;
   d->linear = 1;
   d->lin.p = (int32_t)p;
   d->lin.causal = (int32_t)causal;
+  d->lin.window = (int32_t)window;
   d->heads = (int32_t)heads;
   return 1;
 }
@@ -418,7 +420,7 @@ static void *op_init(TfLiteContext *context, const char *buffer, size_t length) 
   (void)context;
   if (d && !parse_options(d, (const uint8_t *)buffer, length))
     d->error = "EdgeOscAttention: bad custom options (need <point>_scale for qk w h zr c sum inv a; form linear: "
-               "p in 1..4, causal 0/1, d_osc 2)";
+               "p in 1..4, causal 0/1, window >= 0 (causal), d_osc 2)";
   return d;
 }
 

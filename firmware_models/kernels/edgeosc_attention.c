@@ -818,17 +818,20 @@ int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, cons
   size_t n;
   if (T <= 0 || dh <= 0 || dh > EDGEOSC_LINEAR_MAX_D_HEAD || dv <= 0 || p->heads <= 0 || p->p < 1 ||
       p->p > 4 || p->rq_out.shift < -10 || p->rq_out.shift > 20 || p->c1 < 16 ||
-      p->c1 >= (1 << 20)) /* the int64 bounds' ranges */
+      p->c1 >= (1 << 20) /* the int64 bounds' ranges */ || p->window < 0 || (p->window && !p->causal))
     return -1;
   for (hd = 0; hd < p->heads; ++hd) {
     const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh, *gh = g ? g + (size_t)hd * T : 0;
     const int8_t *vh = v + (size_t)hd * T * dv, *rh = r + (size_t)hd * T * 2;
     int8_t *oh = out + (size_t)hd * T * dv;
     for (n = 0; n < words; ++n) state[n] = 0;
-    if (p->causal) { /* prefix sums: key i, then query i */
+    if (p->causal) { /* prefix sums: key i (less key i - window), then query i: a stream's steps */
       for (i = 0; i < T; ++i) {
         const EdgeoscLinearKey key = head_key(p, kh, vh, rh, gh, i);
-        edgeosc_linear_step(p, state, &key, NULL, qh + (size_t)i * dh, oh + (size_t)i * dv);
+        EdgeoscLinearKey expired;
+        const int expires = p->window > 0 && i >= p->window;
+        if (expires) expired = head_key(p, kh, vh, rh, gh, i - p->window), expired.sign = -1;
+        edgeosc_linear_step(p, state, &key, expires ? &expired : NULL, qh + (size_t)i * dh, oh + (size_t)i * dv);
       }
       continue;
     }

@@ -126,6 +126,7 @@ typedef struct {
   int32_t d_value;                      /* v and out's last dim */
   int32_t p;                            /* the readout's power, 1..4 */
   int32_t causal;                       /* 1: query i reads keys j <= i (prefix sums) */
+  int32_t window;                       /* W > 0 (causal): keys j in (i - W, i] only, a stream's sliding window */
   int32_t zp_q;                         /* input zero points (r is a unit vector at 1/128, 0) */
   int32_t zp_k;
   int32_t zp_v;
@@ -144,7 +145,8 @@ typedef struct {
  * contracts them in int64: h = c1^2 R + 2 c1 Q.KR + sum (2|4) Q_a Q_b KKR_ab (2/s^2 taylor2, twice), z = h/|h|
  * through TFLite's L2 norm, then out = sum_m 2^p a_m Re(e^{imt} M_m) / (same for the ones column), one integer
  * division per query. The sums wrap as uint32: a key added then subtracted leaves the state as it was, which
- * is what a sliding window needs. Exact (no int32 sum wraps at the end) for T <= 196 whatever the inputs. */
+ * is what a sliding window needs. Exact (no int32 sum wraps at the end) for T <= 196, or a window <= 196,
+ * whatever the inputs. */
 #define EDGEOSC_LINEAR_COUPLING(d_head) (1 + (d_head) + (d_head) * ((d_head) + 1) / 2)
 #define EDGEOSC_LINEAR_STATE_WORDS(d_head, d_value, p) \
   ((size_t)(2 * EDGEOSC_LINEAR_COUPLING(d_head) + (2 * (p) + 1) * ((d_value) + 1)))
@@ -174,8 +176,9 @@ void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const Edg
                          const EdgeoscLinearKey *b, const int8_t *q, int8_t *out);
 
 /** The whole core over [H, T, *] tensors (r [H, T, 2], g [H, T] or NULL); state: EDGEOSC_LINEAR_STATE_WORDS
- * int32. Returns 0, or -1 on invalid parameters (p outside 1..4, rq_out's shift outside -10..20, c1 outside
- * [16, 2^20), d_head above EDGEOSC_LINEAR_MAX_D_HEAD). */
+ * int32. Causal with a window, query i reads keys i - window < j <= i: each step adds key i and removes key
+ * i - window, as a stream does. Returns 0, or -1 on invalid parameters (p outside 1..4, rq_out's shift outside
+ * -10..20, c1 outside [16, 2^20), d_head above EDGEOSC_LINEAR_MAX_D_HEAD, a window < 0 or not causal). */
 int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
                              const int8_t *r, const int8_t *g, int8_t *out, int32_t *state);
 

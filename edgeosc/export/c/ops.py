@@ -449,7 +449,7 @@ class Lowering:
         H, T, dh, dv = int(np.prod(q.shape[:-2])), q.shape[-2], q.shape[-1], v.shape[-1]
         pq = R.linear_quant_from_scales(dict(q=q.s, k=k.s, v=v.s, out=out.s), dh, int(o["p"]),
                                         dict(q=q.z, k=k.z, v=v.z, g=0 if g is None else g.z, out=out.z),
-                                        bool(o.get("causal", False)))
+                                        bool(o.get("causal", False)), int(o.get("window", 0)))
         fields = pq.fields(H, T, dh, dv)
         params = Struct(S.LINEAR.struct, dict(fields, rq_out=dict(multiplier=pq.rq_out.multiplier, shift=pq.rq_out.shift)))
         args = [params, *(Ref(t.index) for t in (q, k, v, r)), None if g is None else Ref(g.index), Ref(out.index),

@@ -40,7 +40,8 @@ def custom_options(**attrs) -> bytes:
     and the descriptive p, eps, positive, heads, d_osc (heads and d_osc are checked against the tensors).
     The key gate: gated_scale / gated_zero_point (its MUL's output) and pow_scale / pow_zero_point (table_c's
     output, which the MUL reads); the op then takes the unit gates g [.., H, 1, T] as its last input.
-    form="linear" (the linear core, d_osc 2) takes p and optionally causal, heads, d_osc, and no points or tables.
+    form="linear" (the linear core, d_osc 2) takes p and optionally causal, window (a causal sliding window: query
+    i reads keys i - window < j <= i), heads, d_osc, and no points or tables.
     """
     from flatbuffers import flexbuffers
 
