@@ -138,7 +138,7 @@ def test_the_qat_twin_streams_as_it_runs_windowed(kind, tmp_path):
     from edgeosc.config import DataConfig, FeatureConfig, QuantConfig, TrainConfig, to_dict
     from edgeosc.quant import calibrate, quantize_model
     from edgeosc.stream import load_model
-    qat, x = quantize_model(net(kind, 7), QuantConfig()), torch.randn(2, 30, 40)
+    qat, x = quantize_model(net(kind, 5), QuantConfig()), torch.randn(2, 14, 40)
     calibrate(qat, [(x, None)], 1)
     qat.eval()
     with torch.no_grad():
@@ -152,7 +152,7 @@ def test_the_qat_twin_streams_as_it_runs_windowed(kind, tmp_path):
                                train_config=to_dict(TrainConfig()), classes=["a", "b", "c"],
                                quant=qat.checkpoint_record(), model=qat.state_dict()))
     model = load_model(path)
-    assert model.window == 7
+    assert model.window == 5
     steps = [model.step(f.numpy()) for f in x[0]]
     assert torch.equal(torch.round(torch.tensor(steps[-1]) / lsb), torch.round(whole[0, -1] / lsb))
 
