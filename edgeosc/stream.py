@@ -166,6 +166,26 @@ def _summary(ms: list[float]) -> dict | None:
     return dict(median_ms=float(np.median(a)), p90_ms=float(np.percentile(a, 90)), max_ms=float(a.max()))
 
 
+def fires(smoothed: np.ndarray, t: float, last_s: float, threshold: float, refractory_s: float,
+          keywords) -> int | None:
+    """The decision rule: the likeliest keyword, if its smoothed posterior reaches `threshold` at least
+    `refractory_s` after the last detection; else None."""
+    k = max(keywords, key=lambda i: smoothed[i])
+    return k if smoothed[k] >= threshold and t - last_s >= refractory_s else None
+
+
+def replay(trace, classes, keywords, threshold: float, refractory_s: float) -> list[Detection]:
+    """The detections a Listener with this threshold would have made, from another one's recorded trace: the
+    posteriors do not depend on the threshold, so one pass of the model gives a whole operating curve."""
+    last, found = -np.inf, []
+    for t, emitted_s, smoothed in trace:
+        k = fires(smoothed, t, last, threshold, refractory_s, keywords)
+        if k is not None:
+            last = t
+            found.append(Detection(classes[k], t, float(smoothed[k]), emitted_s))
+    return found
+
+
 class Listener:
     """Audio in (any chunk size), one decision per hop, detections out; latencies per hop.
 
@@ -177,7 +197,7 @@ class Listener:
     """
 
     def __init__(self, model: Model, hop_ms: float = 100.0, threshold: float = 0.7, smooth: int = 3,
-                 refractory_s: float | None = None, compare_full: bool = False):
+                 refractory_s: float | None = None, compare_full: bool = False, record: bool = False):
         cfg = self.cfg = model.feature_cfg
         hop = hop_ms * cfg.sample_rate / 1000
         self.hop = round(hop)
@@ -203,6 +223,7 @@ class Listener:
         self._posts: deque = deque(maxlen=smooth)
         self._last = -np.inf
         self.samples, self.hops, self.detections = 0, 0, []
+        self.trace: list | None = [] if record else None  # record: every decision's (t, emitted_s, smoothed)
         self.features_ms, self.full_ms, self.model_ms = [], [], []
         if model.reset:
             model.reset()
@@ -252,9 +273,11 @@ class Listener:
 
     def _decide(self) -> Detection | None:
         smoothed = np.mean(self._posts, axis=0)
-        k = max(self.keywords, key=lambda i: smoothed[i])
         t = (self.samples - (len(self._posts) - 1) / 2 * self.hop) / self.cfg.sample_rate
-        if smoothed[k] < self.threshold or t - self._last < self.refractory_s:
+        if self.trace is not None:
+            self.trace.append((t, self.samples / self.cfg.sample_rate, smoothed))
+        k = fires(smoothed, t, self._last, self.threshold, self.refractory_s, self.keywords)
+        if k is None:
             return None
         self._last = t
         self.detections.append(Detection(self.model.classes[k], t, float(smoothed[k]),

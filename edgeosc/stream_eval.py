@@ -19,10 +19,11 @@ from .config import SILENCE, UNKNOWN
 from .data.audio import write_wav
 from .data.clipset import ClipSet
 from .io import write_json
-from .stream import Detection, FrontEnd, Listener, Model, StreamError
+from .stream import Detection, FrontEnd, Listener, Model, StreamError, replay
 
 GAP_S = (0.2, 0.8)  # the quiet between two clips, uniform
 GAP_RMS = 1e-3  # its white noise (-60 dBFS): digital silence would floor the log-mels
+SWEEP = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # `stream-eval --sweep`'s thresholds
 
 
 @dataclass(frozen=True)
@@ -83,14 +84,16 @@ def score(detections: list[Detection], events: list[Event], duration_s: float, t
 
 def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: float = 20.0, threshold: float = 0.7,
                     smooth: int = 3, refractory_s: float | None = None, max_clips: int | None = None, seed: int = 0,
-                    tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None) -> dict:
+                    tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None,
+                    thresholds=()) -> dict:
     """Stream the long recording of `split` through `model` (a Listener with these settings) and score it; the
     recording and its events are written to wav_out (and wav_out with .json) when given. progress(done, total)
-    is called every second of audio."""
+    is called every second of audio. thresholds: also score each of these from the same pass ("curve": the
+    operating curve, recall against false alarms per hour)."""
     if tuple(data.classes) != tuple(model.classes):
         raise StreamError(f"{model.name}: its classes {list(model.classes)} are not the data set's "
                           f"{list(data.classes)}")
-    lis = Listener(model, hop_ms, threshold, smooth, refractory_s)
+    lis = Listener(model, hop_ms, threshold, smooth, refractory_s, record=bool(thresholds))
     audio, events = long_recording(data, split, lis.front, max_clips, seed)
     sr = lis.cfg.sample_rate
     if wav_out is not None:
@@ -102,9 +105,13 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
         if progress:
             progress(min(start + step, len(audio)), len(audio))
     lis.flush()
+    duration = len(audio) / sr
+    curve = [dict(threshold=th, **score(replay(lis.trace, model.classes, lis.keywords, th, lis.refractory_s), events,
+                                        duration, tolerance_s)) for th in thresholds]
     return dict(model=model.name, split=split, hop_ms=hop_ms, threshold=threshold, smooth=smooth,
                 refractory_s=lis.refractory_s, window=model.window, seed=seed, tolerance_s=tolerance_s,
-                **score(lis.detections, events, len(audio) / sr, tolerance_s), per_hop=lis.stats())
+                **score(lis.detections, events, duration, tolerance_s), per_hop=lis.stats(),
+                **({"curve": curve} if curve else {}))
 
 
 def format_result(r: dict) -> str:
@@ -118,4 +125,10 @@ def format_result(r: dict) -> str:
     if lat:
         lines.append(f"  latency after the keyword's end: median {lat['median']:.0f} ms, p90 {lat['p90']:.0f} ms, "
                      f"max {lat['max']:.0f} ms")
+    if r.get("curve") and r["recall"] is not None:
+        lines.append("  threshold   recall   false alarms per hour   median latency (ms)")
+        for c in r["curve"]:
+            med = f"{c['latency_ms']['median']:.0f}" if c["latency_ms"] else "-"
+            lines.append(f"  {c['threshold']:9.2f}   {100 * c['recall']:5.1f}%   {c['false_alarms_per_hour']:21.1f}   "
+                         f"{med:>19}")
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """Always-on evaluation: the long recording, the scoring of detections against keyword events, the whole loop on a
 model whose answers are known (test_stream's tone double), and bad input."""
+import dataclasses
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ from click.testing import CliRunner
 from edgeosc.cli import main
 from edgeosc.data.clipset import ClipSet
 from edgeosc.stream import Detection, FrontEnd, StreamError
-from edgeosc.stream_eval import Event, evaluate_stream, long_recording, score, speech_end_s
+from edgeosc.stream_eval import Event, evaluate_stream, format_result, long_recording, score, speech_end_s
 
 from test_stream import BAND_CFG, SR, TONE_HZ, band_model, noise
 
@@ -72,6 +73,29 @@ def test_a_model_that_knows_every_word_hits_them_all_without_false_alarms(tmp_pa
     assert -40 <= r["latency_ms"]["median"] and r["latency_ms"]["max"] <= 140, r["latency_ms"]
     saved = json.loads((tmp_path / "rec.json").read_text())
     assert len(saved["events"]) == 6 and (tmp_path / "rec.wav").stat().st_size > 2 * 12 * SR
+
+
+def test_one_pass_scores_every_threshold_as_its_own_run():
+    """The operating curve replays the recorded posteriors: each threshold's point equals a run at that threshold.
+    A double that is sure of "low" (posterior 1) and unsure of "high" (0.6): both found at 0.5, "low" alone at 0.7."""
+    double = band_model()
+    high = double.classes.index("high")
+
+    def unsure(feats):
+        post = np.exp(double.run(feats))
+        post[0] += 0.4 * post[high]  # 40% of "high" moves to _silence_
+        post[high] *= 0.6
+        return np.log(post)
+    model = dataclasses.replace(double, run=unsure)
+    kw = dict(hop_ms=100, smooth=1, seed=2)
+    swept = evaluate_stream(model, tone_set(), threshold=0.5, thresholds=(0.5, 0.7), **kw)
+    for point in swept["curve"]:
+        alone = evaluate_stream(model, tone_set(), threshold=point["threshold"], **kw)
+        assert {k: point[k] for k in ("hits", "false_alarms", "latency_ms")} == \
+            {k: alone[k] for k in ("hits", "false_alarms", "latency_ms")}
+    assert [(p["hits"], p["false_alarms"]) for p in swept["curve"]] == [(6, 0), (3, 0)]
+    assert "curve" not in evaluate_stream(model, tone_set(), **kw)
+    assert "threshold   recall" in format_result(swept)
 
 
 def test_bad_inputs_are_clear_errors(tmp_path):

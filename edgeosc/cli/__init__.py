@@ -556,11 +556,13 @@ def listen(model, wav, mic, hop_ms, threshold, smooth, window):
               help="A streaming checkpoint: frames its attention reads (default and at most the trained window).")
 @click.option("--wav-out", type=click.Path(dir_okay=False), default=None,
               help="Also write the recording (16-bit WAV) and its keyword events (the same name, .json).")
+@click.option("--sweep", is_flag=True, help="Also the operating curve from the same pass: recall and false alarms "
+              "per hour at thresholds 0.3 to 0.99.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @CACHE_DIR
 @friendly_errors
 def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed, window, wav_out,
-                as_json, cache_dir):
+                sweep, as_json, cache_dir):
     """Always-on accuracy: a split's clips as one long recording.
 
     MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json (its data set is the one of the
@@ -572,7 +574,7 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     from ..checkpoint import load_checkpoint
     from ..data import load_dataset
     from ..stream import load_model
-    from ..stream_eval import evaluate_stream, format_result
+    from ..stream_eval import SWEEP, evaluate_stream, format_result
     from tqdm.auto import tqdm
     net = load_model(model, window=window)  # a .tflite without its manifest is refused here
     source = Path(model)
@@ -588,7 +590,7 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
             bar.n = round(done / net.feature_cfg.sample_rate)
             bar.refresh()
         res = evaluate_stream(net, data, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed,
-                              wav_out=wav_out, progress=progress)
+                              wav_out=wav_out, progress=progress, thresholds=SWEEP if sweep else ())
     click.echo(json.dumps(res) if as_json else format_result(res))
 
 
