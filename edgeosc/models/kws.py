@@ -133,10 +133,10 @@ class KWSTransformer(Hooked):
     def stream_step(self, frame: Tensor, state: dict | None = None, input_quant=None) -> tuple[Tensor, dict]:
         """One feature frame [B, C] of a stream -> (its logits [B, classes], the state to pass with the next frame).
         state None starts a stream (as forward starts a clip). What it holds: the stem's two previous frames, per
-        block the attention's state (attention.py's step), the pooling's last `window` frames, their sum and the frame
-        count, and
-        whose state it is (another model's, another window's or another batch's is refused by name). Every
-        quantization point of forward is passed the same way; input_quant (QAT) quantizes the stem's input."""
+        block the attention's state (attention.py's step), the pooling's last `window` frames, their sum and the
+        frame count, and whose state it is (another model's, another window's or another batch's is refused by
+        name). Every quantization point of forward is passed the same way; input_quant (QAT) quantizes the stem's
+        input."""
         if not self.window:
             raise ValueError("stream_step needs the streaming variant (ModelConfig.window > 0)")
         if frame.dim() != 2 or frame.shape[1] != self.cfg.n_coeffs:
