@@ -200,9 +200,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     label_smoothing: float = 0.05
     mixup: float = 0.0  # alpha of mixup's Beta(alpha, alpha) mixing weight on feature batches; 0 = off
-    # streaming models: this many frames of another clip of the batch before each clip, so that the clip's frames
-    # have the past a stream gives them (a clip alone gives frame i only frames 0..i); 0 = off
-    stream_context: int = 0
+    # streaming models: train on streams, each clip after this many other clips of the split as one recording, its
+    # features with the listener's sliding mean and the loss on its last frame, so that every frame has the past a
+    # stream gives it (a clip alone gives frame i only frames 0..i); 0 = off (docs/results.md#always-on-streaming)
+    stream_clips: int = 0
     patience: int = 80  # early stopping on validation accuracy (epochs without a new best); 80 = off
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -212,8 +213,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.mixup < 0:
             raise ValueError("mixup must be >= 0 (the alpha of its Beta distribution; 0 = off)")
-        if self.stream_context < 0:
-            raise ValueError("stream_context must be >= 0 (frames of context before each clip; 0 = off)")
+        if self.stream_clips < 0:
+            raise ValueError("stream_clips must be >= 0 (clips of a stream before each training clip; 0 = off)")
 
 
 QUANT_PRESETS = ("int8", "w4a8")  # Brevitas quantizers in quant.py; the names live here for the CLI

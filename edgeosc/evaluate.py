@@ -33,15 +33,24 @@ class Batches:
     def __len__(self):
         return len(self.idx)
 
-    def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None):
+    def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None, stream_clips: int = 0):
+        """stream_clips > 0 (training, with a generator): each clip after that many random clips of the split, as
+        one recording (each clip augmented on its own), its features as a stream's (FeatureExtractor.stream): the
+        last (stream_clips + 1) x n_frames frames, the batch's clip last."""
         order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
         for start in range(0, len(order), batch_size):
             sel = order[start:start + batch_size]
-            wave = torch.as_tensor(self.audio[sel], dtype=torch.float32) / 32768
+            parts = [self.idx[torch.randint(0, len(self.idx), (len(sel),), generator=generator).numpy()]
+                     for _ in range(stream_clips)] + [sel]
+            waves = [torch.as_tensor(self.audio[p], dtype=torch.float32) / 32768 for p in parts]
             if aug is not None:
-                wave = augment(wave, aug, generator, self.noise)
+                waves = [augment(w, aug, generator, self.noise) for w in waves]
             with torch.no_grad():
-                feats = self.features(wave.to(self.device))
+                if stream_clips:
+                    frames = (stream_clips + 1) * self.features.cfg.n_frames
+                    feats = self.features.stream(torch.cat(waves, 1).to(self.device))[:, -frames:]
+                else:
+                    feats = self.features(waves[0].to(self.device))
             if aug is not None and aug.freq_masks + aug.time_masks:
                 feats = spec_augment(feats, aug, generator)
             yield feats, self.labels[sel].to(self.device)

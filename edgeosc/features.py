@@ -33,12 +33,7 @@ class FeatureExtractor(torch.nn.Module):
         if not torch.isfinite(wave).all():
             raise ValueError("waveform contains NaN or Inf samples")
         squeeze = wave.ndim == 1
-        x = wave.to(torch.float32).reshape(-1, cfg.clip_samples)
-        frames = x.unfold(-1, cfg.frame_length, cfg.hop_length) * self.window  # [B, F, N]
-        mag = torch.fft.rfft(frames, dim=-1).abs()  # [B, F, N/2+1]
-        feats = torch.log(mag @ self.mel_t + LOG_OFFSET)  # [B, F, n_mels]
-        if cfg.n_mfcc:  # log-mel: the identity DCT is skipped (it would be exact anyway)
-            feats = feats @ self.dct_t
+        feats = self._unnormalised(wave.to(torch.float32).reshape(-1, cfg.clip_samples))
         if cfg.floor_db:
             feats = torch.maximum(feats, feats.amax(dim=(1, 2), keepdim=True) - nats(cfg.floor_db))
         if cfg.normalize == "utterance":
@@ -48,9 +43,40 @@ class FeatureExtractor(torch.nn.Module):
             active = (level >= level.amax(dim=1, keepdim=True) - nats(ACTIVE_DB)).to(feats.dtype)
             feats = feats - (feats * active).sum(1, keepdim=True) / active.sum(1, keepdim=True)
         elif cfg.normalize == "running":
-            frames = torch.arange(1, feats.shape[1] + 1, dtype=feats.dtype, device=feats.device)[:, None]
-            feats = feats - feats.cumsum(1) / frames
+            feats = feats - self._running_mean(feats)
         return feats[0] if squeeze else feats
+
+    def stream(self, wave: torch.Tensor) -> torch.Tensor:
+        """A stream's features, as the listener gives a streaming model each new frame: [B, S] samples of any
+        length >= one clip -> [B, frames, n_coeffs], each frame less the mean of the last n_frames frames up to it
+        (within the first n_frames, of the frames so far: a clip's "running" features)."""
+        cfg = self.cfg
+        if cfg.normalize != "running" or cfg.floor_db:
+            raise ValueError(f"stream features need normalize 'running' and no floor (a stream cannot look ahead), "
+                             f"not normalize {cfg.normalize!r}, floor_db {cfg.floor_db}")
+        if wave.ndim != 2 or wave.shape[1] < cfg.clip_samples or not wave.is_floating_point():
+            raise ValueError(f"expected float samples [B, >= {cfg.clip_samples}], got {tuple(wave.shape)} "
+                             f"{wave.dtype}")
+        feats = self._unnormalised(wave.to(torch.float32))
+        return feats - self._running_mean(feats, cfg.n_frames)
+
+    def _unnormalised(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, S] -> [B, F, n_coeffs] log-mels (or MFCCs) before any normalisation."""
+        frames = x.unfold(-1, self.cfg.frame_length, self.cfg.hop_length) * self.window  # [B, F, N]
+        mag = torch.fft.rfft(frames, dim=-1).abs()  # [B, F, N/2+1]
+        feats = torch.log(mag @ self.mel_t + LOG_OFFSET)  # [B, F, n_mels]
+        if self.cfg.n_mfcc:  # log-mel: the identity DCT is skipped (it would be exact anyway)
+            feats = feats @ self.dct_t
+        return feats
+
+    @staticmethod
+    def _running_mean(feats: torch.Tensor, window: int = 0) -> torch.Tensor:
+        """Each frame's mean over the frames up to it (the last `window` of them when window > 0)."""
+        sums = feats.cumsum(1)
+        if 0 < window < feats.shape[1]:
+            sums = torch.cat([sums[:, :window], sums[:, window:] - sums[:, :-window]], 1)
+        n = torch.arange(1, feats.shape[1] + 1, dtype=feats.dtype, device=feats.device)
+        return sums / (n.clamp_max(window) if window else n)[:, None]
 
 
 def features_numpy(wave: np.ndarray, cfg: FeatureConfig) -> np.ndarray:

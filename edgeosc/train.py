@@ -58,12 +58,9 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     as best.pt (post-training quantization).
     """
     out_dir = Path(out_dir)
-    if train_cfg.stream_context and not model_cfg.window:
-        raise ValueError("train.stream_context puts a stream's past before each clip: it needs a streaming model "
-                         "(model.window > 0)")
-    if train_cfg.stream_context > feature_cfg.n_frames:
-        raise ValueError(f"train.stream_context {train_cfg.stream_context}: another clip gives at most its "
-                         f"{feature_cfg.n_frames} frames")
+    if train_cfg.stream_clips and (not model_cfg.window or feature_cfg.normalize != "running"):
+        raise ValueError("train.stream_clips trains on streams: it needs a streaming model (model.window > 0) and "
+                         "features a stream can compute (features.normalize 'running')")
     device = pick_device(train_cfg.device)
     model_cfg = resolve(dataclasses.replace(model_cfg, n_classes=len(data.classes), n_frames=feature_cfg.n_frames,
                                             n_coeffs=feature_cfg.n_coeffs))
@@ -112,17 +109,14 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         torch.manual_seed(train_cfg.seed * 100_003 + epoch)  # dropout
         gen = torch.Generator().manual_seed(train_cfg.seed * 100_003 + epoch)  # order and augmentation
         t0, loss_sum, correct, seen, max_grad = time.time(), 0.0, 0, 0, 0.0
-        bar = tqdm(train_b(train_cfg.batch_size, gen, train_cfg.augment), total=steps, leave=False,
-                   disable=not progress, desc=f"epoch {epoch + 1}/{train_cfg.epochs}")
+        bar = tqdm(train_b(train_cfg.batch_size, gen, train_cfg.augment, train_cfg.stream_clips), total=steps,
+                   leave=False, disable=not progress, desc=f"epoch {epoch + 1}/{train_cfg.epochs}")
         for feats, labels in bar:
             partner = None
             if mix_weight is not None:  # each clip blended with another of the batch, its loss with both labels
                 lam = float(mix_weight.sample())
                 perm = torch.randperm(len(labels), generator=gen).to(labels.device)
                 feats, partner = lam * feats + (1 - lam) * feats[perm], labels[perm]
-            if train_cfg.stream_context:  # the last frames of another clip first: the past a stream would give
-                perm = torch.randperm(len(labels), generator=gen).to(labels.device)
-                feats = torch.cat([feats[perm, -train_cfg.stream_context:], feats], 1)
             logits = model(feats)
             loss = criterion(logits, labels)
             if partner is not None:

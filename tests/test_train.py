@@ -6,6 +6,7 @@ import torch
 from edgeosc.config import SHIPPED_OSCILLATOR, AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
 from edgeosc.checkpoint import CheckpointError, load_checkpoint
 from edgeosc.evaluate import evaluate_checkpoint
+from edgeosc.features import FeatureExtractor
 from edgeosc.models.kws import build_model
 from edgeosc.train import train
 
@@ -44,26 +45,33 @@ def test_training_learns_and_writes_artifacts(tones, data_cfg, tmp_path, attenti
     assert again["accuracy"] == res["test_accuracy"]
 
 
-def test_stream_context_puts_another_clip_before_each_and_needs_a_streaming_model(tones, data_cfg, tmp_path):
+def test_stream_clips_train_on_streams_and_need_a_streaming_model(tones, data_cfg, tmp_path):
     seen = []
 
-    def build(model_cfg, batches, device):  # the model, its training inputs' lengths recorded
+    def build(model_cfg, batches, device):  # the model, its training inputs recorded
         model = build_model(model_cfg)
-        model.register_forward_pre_hook(lambda m, args: seen.append(args[0].shape[1]) if m.training else None)
+        model.register_forward_pre_hook(lambda m, args: seen.append(args[0]) if m.training else None)
         return model
 
-    cfg = dataclasses.replace(TRAIN, epochs=1, stream_context=20)
-    train(tones, tmp_path, model_cfg=ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR),
-          feature_cfg=FeatureConfig(), train_cfg=cfg, data_cfg=data_cfg, progress=False, build=build)
-    assert set(seen) == {FeatureConfig().n_frames + 20}
+    cfg, features = dataclasses.replace(TRAIN, epochs=1, stream_clips=2), FeatureConfig(normalize="running")
+    streaming = ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR)
+    train(tones, tmp_path, model_cfg=streaming, feature_cfg=features, train_cfg=cfg, data_cfg=data_cfg,
+          progress=False, build=build)
+    assert {x.shape[1] for x in seen} == {3 * features.n_frames}  # two clips, then the clip trained on
+    fx = FeatureExtractor(features)
+    wave = torch.randn(2, 3 * features.clip_samples) * 0.1
+    stream = fx.stream(wave)
+    assert torch.allclose(stream[:, :features.n_frames], fx(wave[:, :features.clip_samples]), atol=1e-5)
+    for end in (60, stream.shape[1] - 1):  # a frame's features are its window's last, as the listener gives them
+        window = wave[:, (end + 1 - features.n_frames) * features.hop_length:][:, :features.clip_samples]
+        assert torch.allclose(stream[:, end], fx(window)[:, -1], atol=1e-5)
     with pytest.raises(ValueError, match="streaming model"):
         run(tones, data_cfg, tmp_path / "whole", train_cfg=cfg)
-    with pytest.raises(ValueError, match="at most its 49 frames"):
-        train(tones, tmp_path / "long", model_cfg=ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR),
-              feature_cfg=FeatureConfig(), train_cfg=dataclasses.replace(cfg, stream_context=50), data_cfg=data_cfg,
-              progress=False)
-    with pytest.raises(ValueError, match="stream_context"):
-        TrainConfig(stream_context=-1)
+    with pytest.raises(ValueError, match="normalize 'running'"):
+        train(tones, tmp_path / "utt", model_cfg=streaming, feature_cfg=FeatureConfig(), train_cfg=cfg,
+              data_cfg=data_cfg, progress=False)
+    with pytest.raises(ValueError, match="stream_clips"):
+        TrainConfig(stream_clips=-1)
 
 
 def test_mixup_alpha_must_not_be_negative():

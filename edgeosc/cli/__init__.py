@@ -164,8 +164,9 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--weight-decay", "train.weight_decay", "AdamW weight decay"),
     ("--patience", "train.patience", None),
     ("--mixup", "train.mixup", None),
-    ("--stream-context", "train.stream_context", "Streaming models: frames of another clip of the batch before each "
-     "clip, so its frames see the past a stream gives them (0: off)"),
+    ("--stream-clips", "train.stream_clips", "Streaming models: train on streams, each clip after this many others "
+     "as one recording with the listener's features, so its frames see the past a stream gives them (0: off; "
+     "needs --normalize running)"),
     ("--seed", "train.seed", "Training seed"),
     ("--device", "train.device", "Device"),
     ("--init-from", "train.init_from", "Start from the weights of a float checkpoint of the same network (e.g. "
