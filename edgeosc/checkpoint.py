@@ -54,6 +54,12 @@ def _legacy_kuramoto(model_config: dict) -> dict:
                 max_step=1.0 / math.sqrt(model_config["d_model"]))
 
 
+def _legacy_train(train_config: dict) -> dict:
+    """A checkpoint written while train.stream_context existed (replaced by stream_clips): a training-time setting
+    only, so the model it trained loads as it is."""
+    return {k: v for k, v in train_config.items() if k != "stream_context"}
+
+
 def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
     """Load and validate a checkpoint (never unpickles code: weights_only=True)."""
     path = Path(path)
@@ -77,7 +83,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
             quant_cfg = from_dict(QuantConfig, raw["quant"]["config"])
             model = quantize_model(model, quant_cfg)
         ckpt = Checkpoint(model, model_cfg, from_dict(FeatureConfig, raw["feature_config"]),
-                          from_dict(DataConfig, raw["data_config"]), from_dict(TrainConfig, raw["train_config"]),
+                          from_dict(DataConfig, raw["data_config"]), from_dict(TrainConfig, _legacy_train(raw["train_config"])),
                           tuple(raw["classes"]), raw, quant_cfg)
         ckpt.model.load_state_dict(raw["model"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:

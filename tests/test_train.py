@@ -58,6 +58,10 @@ def test_stream_clips_train_on_streams_and_need_a_streaming_model(tones, data_cf
     train(tones, tmp_path, model_cfg=streaming, feature_cfg=features, train_cfg=cfg, data_cfg=data_cfg,
           progress=False, build=build)
     assert {x.shape[1] for x in seen} == {3 * features.n_frames}  # two clips, then the clip trained on
+    raw = torch.load(tmp_path / "best.pt", weights_only=True)  # written while stream_context existed: still loads
+    raw["train_config"] = {**{k: v for k, v in raw["train_config"].items() if k != "stream_clips"}, "stream_context": 49}
+    torch.save(raw, tmp_path / "old.pt")
+    assert load_checkpoint(tmp_path / "old.pt").train_cfg.stream_clips == 0
     fx = FeatureExtractor(features)
     wave = torch.randn(2, 3 * features.clip_samples) * 0.1
     stream = fx.stream(wave)
