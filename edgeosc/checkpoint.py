@@ -82,9 +82,9 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
             from .quant import quantize_model
             quant_cfg = from_dict(QuantConfig, raw["quant"]["config"])
             model = quantize_model(model, quant_cfg)
+        train_cfg = from_dict(TrainConfig, _legacy_train(raw["train_config"]))
         ckpt = Checkpoint(model, model_cfg, from_dict(FeatureConfig, raw["feature_config"]),
-                          from_dict(DataConfig, raw["data_config"]), from_dict(TrainConfig, _legacy_train(raw["train_config"])),
-                          tuple(raw["classes"]), raw, quant_cfg)
+                          from_dict(DataConfig, raw["data_config"]), train_cfg, tuple(raw["classes"]), raw, quant_cfg)
         ckpt.model.load_state_dict(raw["model"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         detail = " ".join(line.strip() for line in str(e).splitlines()[1:] or [str(e)])

@@ -51,9 +51,9 @@ class FeatureExtractor(torch.nn.Module):
         length >= one clip -> [B, frames, n_coeffs], each frame less the mean of the last n_frames frames up to it
         (within the first n_frames, of the frames so far: a clip's "running" features)."""
         cfg = self.cfg
-        if cfg.normalize != "running" or cfg.floor_db:
-            raise ValueError(f"stream features need normalize 'running' and no floor (a stream cannot look ahead), "
-                             f"not normalize {cfg.normalize!r}, floor_db {cfg.floor_db}")
+        if cfg.normalize != "running":
+            raise ValueError(f"stream features need normalize 'running' (a stream cannot look ahead), not "
+                             f"{cfg.normalize!r}")
         if wave.ndim != 2 or wave.shape[1] < cfg.clip_samples or not wave.is_floating_point():
             raise ValueError(f"expected float samples [B, >= {cfg.clip_samples}], got {tuple(wave.shape)} "
                              f"{wave.dtype}")

@@ -59,7 +59,8 @@ def test_stream_clips_train_on_streams_and_need_a_streaming_model(tones, data_cf
           progress=False, build=build)
     assert {x.shape[1] for x in seen} == {3 * features.n_frames}  # two clips, then the clip trained on
     raw = torch.load(tmp_path / "best.pt", weights_only=True)  # written while stream_context existed: still loads
-    raw["train_config"] = {**{k: v for k, v in raw["train_config"].items() if k != "stream_clips"}, "stream_context": 49}
+    old = {k: v for k, v in raw["train_config"].items() if k != "stream_clips"}
+    raw["train_config"] = {**old, "stream_context": 49}
     torch.save(raw, tmp_path / "old.pt")
     assert load_checkpoint(tmp_path / "old.pt").train_cfg.stream_clips == 0
     fx = FeatureExtractor(features)
@@ -71,7 +72,7 @@ def test_stream_clips_train_on_streams_and_need_a_streaming_model(tones, data_cf
         assert torch.allclose(stream[:, end], fx(window)[:, -1], atol=1e-5)
     with pytest.raises(ValueError, match="streaming model"):
         run(tones, data_cfg, tmp_path / "whole", train_cfg=cfg)
-    with pytest.raises(ValueError, match="normalize 'running'"):
+    with pytest.raises(ValueError, match="normalize 'running'"):  # the clip's mean looks ahead
         train(tones, tmp_path / "utt", model_cfg=streaming, feature_cfg=FeatureConfig(), train_cfg=cfg,
               data_cfg=data_cfg, progress=False)
     with pytest.raises(ValueError, match="stream_clips"):
