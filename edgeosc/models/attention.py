@@ -487,20 +487,21 @@ class OscillatorAttention(_Heads):
         q, k, v = self.qkv_heads(x)
         r, g = self.anchors_of(x, k, t), self.gates_of(x)
         q, k, v, r = (self.point(name, a) for name, a in zip("qkvr", (q, k, v, r)))  # the core's int8 inputs
-        coupling, readout = linear_key_terms(k, r, v, g, self.p)
+        def terms(keys: list[Tensor]) -> tuple[Tensor, Tensor]:  # the two sums' terms of keys [k, r, v(, g)]
+            return linear_key_terms(*keys[:3], keys[3] if len(keys) == 4 else None, self.p)
+
+        keys = [k, r, v] + ([g] if g is not None else [])
+        coupling, readout = terms(keys)
         if "coupling" in state:
             coupling, readout = coupling + state["coupling"], readout + state["readout"]
-        keys = [k, r, v] + ([g] if g is not None else [])
         kept = [torch.cat([a, b], 2) for a, b in zip(state["keys"], keys)] if "keys" in state else keys
         if kept[0].shape[2] > self.window:  # the key `window` frames back expires
-            old = [a[:, :, :1] for a in kept]
-            c_old, r_old = linear_key_terms(old[0], old[1], old[2], old[3] if g is not None else None, self.p)
+            c_old, r_old = terms([a[:, :, :1] for a in kept])
             coupling, readout, kept = coupling - c_old, readout - r_old, [a[:, :, 1:] for a in kept]
         if (t + 1) % self.window == 0:  # the sums afresh from the kept keys every `window` frames (O(1) a frame on
             # average): float32 rounding of a day's adds and subtracts would otherwise pile up (the integer sums wrap
             # exactly and need none of this)
-            coupling, readout = (a.sum(2, keepdim=True) for a in linear_key_terms(
-                kept[0], kept[1], kept[2], kept[3] if g is not None else None, self.p))
+            coupling, readout = (a.sum(2, keepdim=True) for a in terms(kept))
         state.update(t=t + 1, coupling=coupling, readout=readout, keys=kept)
         return self.merge(linear_query(q, coupling, readout, self.p, self.eps, self.quant))
 
