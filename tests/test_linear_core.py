@@ -118,6 +118,77 @@ def test_windowed_core_is_each_query_over_its_own_keys(gated):
         ck.linear_core(dataclasses.replace(pq, causal=False), *x)
 
 
+def test_turned_anchors_are_the_rotation_and_the_same_in_c():
+    """The anchors' turn: cos and sin within 1.1 of Q15's unit of the true ones at every phase of the 2^16-step
+    circle, turned anchors within one int8 step of the exact rotation, C == numpy at every phase, and a frame
+    number that wraps at 2^32 keeps turning by the same steps (2^32 is a multiple of 2^16)."""
+    phase = np.arange(R.TURN_STEPS)
+    c, s = R.cos_sin_q15(phase)
+    angle = 2 * np.pi * phase / R.TURN_STEPS
+    assert np.abs(c - R.Q15 * np.cos(angle)).max() < 1.1 and np.abs(s - R.Q15 * np.sin(angle)).max() < 1.1
+    rng = np.random.default_rng(3)
+    r = case(rng, 3, 64, 2, 2, False)[3]  # [3, 64, 2] unit anchors
+    turn = (1, 977, 65535)
+    for t0 in (0, 123_456_789, (1 << 32) - 10):
+        got = R.turn_anchors(r, turn, t0)
+        a = 2 * np.pi * ((np.array(turn)[:, None] * ((t0 + np.arange(64)) % (1 << 32))) % R.TURN_STEPS) / R.TURN_STEPS
+        exact = r[..., 0] * np.cos(a) - r[..., 1] * np.sin(a), r[..., 0] * np.sin(a) + r[..., 1] * np.cos(a)
+        assert np.abs(got - np.clip(np.stack(exact, -1), -128, 127)).max() <= 1.0
+    assert np.array_equal(R.turn_anchors(r, turn, (1 << 32) - 10)[:, 10:], R.turn_anchors(r[:, 10:], turn, 0))
+    assert np.array_equal(R.turn_anchors(r, (0, 0, 0), 77), r) and R.turn_anchors(r, None) is r
+    out, got = np.empty(2, np.int8), []
+    for x in ([127, 0], [-128, 0], [90, -91], [-128, -128]):
+        x = np.array(x, np.int8)
+        for u in range(0, R.TURN_STEPS, 5):
+            ck.library().edgeosc_turn_anchor(ck._ptr(x), u, ck._ptr(out))
+            got.append(out.copy())
+    xs = np.repeat(np.array([[127, 0], [-128, 0], [90, -91], [-128, -128]], np.int8), len(range(0, R.TURN_STEPS, 5)), 0)
+    phases = np.tile(np.arange(0, R.TURN_STEPS, 5), 4)
+    want = np.stack([R.turn_anchors(xs[i:i + 1, None], [1], int(u))[0, 0] for i, u in enumerate(phases)])
+    assert np.array_equal(np.array(got), want)
+    assert R.turn_steps([0.05, np.pi, -np.pi / 2]) == (522, 32768, 49152)  # 0.05 rad: 521.5 steps
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_stream_of_frames_equals_the_windowed_core(gated):
+    """edgeosc_linear_stream_int8 and its numpy twin: frames fed one, several or all at a time from a fresh state
+    (clock {t0, 0, 0}) give the windowed core's outputs at t0 bit for bit, with the anchors turning, at any age
+    (t0 just below the uint32 wrap); C and numpy states are the same integers; a fresh state resets the stream;
+    a state of the wrong shape or clock is refused."""
+    rng = np.random.default_rng(31 + gated)
+    H, T, W, dh, dv = 2, 50, 9, 8, 8
+    x = case(rng, H, T, dh, dv, gated)
+    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W, turn=R.turn_steps([0.07, 0.45]))
+    for t0 in (0, (1 << 32) - 20):
+        want = R.linear_core_int8(pq, *x, t0=t0)
+        assert np.array_equal(ck.linear_core(pq, *x, t0=t0), want)
+        for stream in (ck.linear_stream, R.linear_stream_int8):
+            state, outs = R.LinearStream.zeros(H, dh, dv, 4, W, t0), []
+            for lo, hi in ((0, 1), (1, 2), (2, 17), (17, 18), (18, T)):
+                out, state = stream(pq, state, *(None if a is None else a[:, lo:hi] for a in x))
+                outs.append(out)
+            assert np.array_equal(np.concatenate(outs, 1), want), (stream, t0)
+            assert list(state.clock) == [R._uint32(t0 + T), W, T % W]
+        c_state = ck.linear_stream(pq, R.LinearStream.zeros(H, dh, dv, 4, W, t0), *x)[1]
+        np_state = R.linear_stream_int8(pq, R.LinearStream.zeros(H, dh, dv, 4, W, t0), *x)[1]
+        assert all(np.array_equal(a, b) for a, b in zip(vars(c_state).values(), vars(np_state).values()))
+    unturned = R.linear_core_int8(dataclasses.replace(pq, turn=None), *x)
+    assert not np.array_equal(unturned, R.linear_core_int8(pq, *x))
+    assert np.array_equal(unturned, R.linear_core_int8(dataclasses.replace(pq, turn=(0, 0)), *x))
+    again = ck.linear_stream(pq, R.LinearStream.zeros(H, dh, dv, 4, W), *x)[0]  # a reset: a fresh state
+    assert np.array_equal(again, R.linear_core_int8(pq, *x))
+    with pytest.raises(ValueError, match="not this core's"):
+        ck.linear_stream(pq, R.LinearStream.zeros(H, dh, dv, 4, W + 1), *x)
+    with pytest.raises(ValueError, match="not this core's"):
+        R.linear_stream_int8(pq, R.LinearStream.zeros(H, dh, dv, 2, W), *x)
+    bad = R.LinearStream.zeros(H, dh, dv, 4, W)
+    bad.clock[2] = W  # the ring's slot past its end
+    with pytest.raises(ValueError, match="rejected its parameters or state"):
+        ck.linear_stream(pq, bad, *x)
+    with pytest.raises(ValueError, match="turn rates"):
+        R.linear_quant_from_scales(SCALES, dh, 4, ZP, turn=[1 << 16])
+
+
 def test_sliding_window_state_is_exact():
     """A window moved key by key (the new key added and the expired one removed in one update) holds the same
     integers as one built from its keys, in C and in numpy, and its queries give the same outputs; adding two keys
@@ -126,7 +197,7 @@ def test_sliding_window_state_is_exact():
     T, W, dh, dv = 30, 8, 8, 8
     q, k, v, r, g = (x[0] for x in case(rng, 1, T, dh, dv, gated=True))
     pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP)
-    c = ck.linear_params(pq, 1, T, dh, dv)
+    c, _ = ck.linear_params(pq, 1, T, dh, dv)
     lib, words = ck.library(), R.linear_state_words(dh, dv, 4)
     i32p = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))  # noqa: E731
     key = lambda j, sign=1: ck.linear_key(k[j], v[j], r[j], int(g[j]) - ZP["g"], sign)  # noqa: E731

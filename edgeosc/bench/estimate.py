@@ -15,6 +15,7 @@ clang), which each result names. Builds are cached by the hash of their sources,
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import json
 import os
@@ -318,31 +319,15 @@ def _core_driver(work: Path) -> Path:
         "int edgeosc_bench_linear(const int32_t *f, const int8_t *q, const int8_t *k, const int8_t *v,",
         "                         const int8_t *r, const int8_t *g, int8_t *out, int32_t *state) {",
         "  EdgeoscLinearParams p;", *_assign(LinearParams, "p"),
+        "  p.turn = 0;",
         "  return edgeosc_linear_core_int8(&p, q, k, v, r, g, out, state);", "}", "",
-        "/* A stream through the linear core: per frame i and head, key i added and key i - window removed in one",
-        " * update, then query i (the firmware's per-hop work); state: heads x EDGEOSC_LINEAR_STATE_WORDS int32. */",
-        "int edgeosc_bench_linear_stream(const int32_t *f, const int8_t *q, const int8_t *k, const int8_t *v,",
-        "                                const int8_t *r, const int8_t *g, int8_t *out, int32_t *state, int window) {",
+        "/* A stream through the windowed linear core, its anchors turning (the firmware's per-hop work). */",
+        "int edgeosc_bench_linear_stream(const int32_t *f, const int32_t *turn, const int8_t *q, const int8_t *k,",
+        "                                const int8_t *v, const int8_t *r, const int8_t *g, int8_t *out,",
+        "                                int32_t *clock, int32_t *sums, int8_t *kept) {",
         "  EdgeoscLinearParams p;", *_assign(LinearParams, "p"),
-        "  const size_t words = EDGEOSC_LINEAR_STATE_WORDS(p.d_head, p.d_value, p.p), n = words * p.heads;",
-        "  size_t w;",
-        "  int i, hd;",
-        "  for (w = 0; w < n; ++w) state[w] = 0;",
-        "  for (i = 0; i < p.tokens; ++i)",
-        "    for (hd = 0; hd < p.heads; ++hd) {",
-        "      const size_t j = (size_t)hd * p.tokens + i;",
-        "      EdgeoscLinearKey in, old;",
-        "      in.k = k + j * p.d_head, in.v = v + j * p.d_value, in.r = r + j * 2, in.sign = 1;",
-        "      in.gate = g ? g[j] - p.zp_g : 256;",
-        "      old = in;",
-        "      if (i >= window) {",
-        "        old.k -= window * p.d_head, old.v -= window * p.d_value, old.r -= window * 2, old.sign = -1;",
-        "        old.gate = g ? g[j - window] - p.zp_g : 256;",
-        "      }",
-        "      edgeosc_linear_step(&p, state + hd * words, &in, i >= window ? &old : 0, q + j * p.d_head,",
-        "                          out + j * p.d_value);",
-        "    }",
-        "  return 0;", "}", ""])
+        "  p.turn = turn;",
+        "  return edgeosc_linear_stream_int8(&p, q, k, v, r, g, out, clock, sums, kept);", "}", ""])
     return _text(work, "cores", text)
 
 
@@ -370,7 +355,7 @@ def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int, p: int
     if T > 5:  # anchors at int8's -1: ungated, their readouts pass int16 (the DSP pass leaves them to the portable)
         r2[:, 3:6:2] = [[-128, 0], [0, -128]]
     g = rng.integers(-128, 128, (heads, T)).astype(np.int8)
-    return dict(osc=osc, sm=sm, lin=lin, r2=r2, g=g, lin_f=_values(K.linear_params(lin, heads, T, d_head, d_head)),
+    return dict(osc=osc, sm=sm, lin=lin, r2=r2, g=g, lin_f=_values(K.linear_params(lin, heads, T, d_head, d_head)[0]),
                 q=q, k=k, v=v, r=r, osc_f=osc_f, sm_f=sm_f, lut=lut,
                 tables=np.concatenate([osc.table_w, osc.table_c, osc.table_inv]).astype(np.int8))
 
@@ -441,26 +426,28 @@ def linear_hop_cycles(core: str = "cortex-m4", heads: int = 4, d_head: int = 8, 
                       work_dir: str | Path | None = None, seed: int = 0, flags: Sequence[str] = CFLAGS,
                       gated: bool = True) -> float:
     """Cycles of one hop of the streaming linear core for the heads of one block, an ESTIMATE by emulation on
-    `core`: each head's window slides by a frame (the new key added, the expired one removed and the query read
-    in one edgeosc_linear_step). The work does not depend on the window: streams of 16 and
-    24 frames through a window of 4 (random int8 inputs, d_value = d_head, the key gate on unless not `gated`), each
-    output checked against the integer reference over its window, and the hop is the difference over the 8 extra
+    `core`: each head's anchor turns, its window slides by a frame (the new key added, the expired one removed and
+    the query read in one edgeosc_linear_step; edgeosc_linear_stream_int8). The work does not depend on the window:
+    streams of 16 and 24 frames through a window of 4 (random int8 inputs, d_value = d_head, the key gate on unless
+    not `gated`), each output checked against the integer reference, and the hop is the difference over the 8 extra
     frames. `flags`: as core_scaling's."""
+    from ..integer import ckernels as K
     from ..integer import reference as R
     work = Path(work_dir) if work_dir else cache_dir()
     elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work, flags=flags)
     fn, window, total = "edgeosc_bench_linear_stream", 4, {}
     for T in (16, 24):
         x = _layer_inputs(T, 2, heads, d_head, seed, p)
-        pq, f, g = x["lin"], x["lin_f"], x["g"] if gated else None
+        g = x["g"] if gated else None
+        pq = dataclasses.replace(x["lin"], causal=True, window=window, turn=R.turn_steps(np.linspace(0.05, 0.5, heads)))
         ins = [x[n] for n in ("q", "k", "v", "r2")]
-        want = np.stack([R.linear_core_int8(pq, *(a[:, max(0, i - window + 1):i + 1] for a in ins),
-                                            None if g is None else g[:, max(0, i - window + 1):i + 1])[:, -1]
-                         for i in range(T)], 1)
-        bufs = dict(f=f, q=x["q"], k=x["k"], v=x["v"], r=x["r2"], g=x["g"], out=np.zeros_like(x["v"]),
-                    state=np.zeros(heads * R.linear_state_words(d_head, d_head, p), np.int32))
-        run = C.emulate(elf, fn, ["f", "q", "k", "v", "r", "g" if gated else 0, "out", "state", window], bufs,
-                        core=core, scopes=(fn,))
+        want = R.linear_core_int8(pq, *ins, g)
+        state = R.LinearStream.zeros(heads, d_head, d_head, p, window)
+        bufs = dict(f=_values(K.linear_params(pq, heads, T, d_head, d_head)[0]), turn=np.array(pq.turn, np.int32),
+                    q=x["q"], k=x["k"], v=x["v"], r=x["r2"], g=x["g"], out=np.zeros_like(x["v"]),
+                    clock=state.clock, sums=state.sums, kept=state.kept)
+        run = C.emulate(elf, fn, ["f", "turn", "q", "k", "v", "r", "g" if gated else 0, "out", "clock", "sums", "kept"],
+                        bufs, core=core, scopes=(fn,))
         if run.return_value != 0 or not np.array_equal(run.outputs["out"], want):
             raise RuntimeError(f"the streaming linear core on {core}: an output differs from the integer reference")
         total[T] = C.cycles(run.scoped[fn], core)
@@ -624,8 +611,6 @@ def random_firmware(cfg, n_frames: int, out_dir: str | Path) -> tuple[Path, str]
     """An untrained, calibrated int8 network of ModelConfig cfg over n_frames frames, as generated C firmware
     (folder, name). What the estimates count depends on the shapes; the values only move a few data-dependent
     branches (the linear core's, requantization's), so random weights price a model as a trained one does."""
-    import dataclasses
-
     import torch
 
     from ..config import QuantConfig
@@ -665,8 +650,6 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     and energy_uj per hop, and energy per second of audio (uj_per_s) at one hop per hop_ms, for both. Emulated
     logits are checked against the host build.
     """
-    import dataclasses
-
     from ..config import SHIPPED_OSCILLATOR, ModelConfig
     from ..models.kws import resolve
     model = model or ModelConfig(**SHIPPED_OSCILLATOR)

@@ -53,6 +53,10 @@ def library() -> ctypes.CDLL:
     lib.edgeosc_oscillator_core_int8.argtypes = [ctypes.POINTER(OscParams)] + [_p8] * 6
     lib.edgeosc_softmax_core_int8.argtypes = [ctypes.POINTER(SoftmaxParams)] + [_p8] * 5
     lib.edgeosc_linear_core_int8.argtypes = [ctypes.POINTER(LinearParams)] + [_p8] * 6 + [ctypes.POINTER(_i32)]
+    lib.edgeosc_linear_stream_int8.argtypes = [ctypes.POINTER(LinearParams)] + [_p8] * 6 + \
+        [ctypes.POINTER(_i32)] * 2 + [_p8]
+    lib.edgeosc_linear_stream_int8.restype = ctypes.c_int
+    lib.edgeosc_turn_anchor.argtypes = [_p8, ctypes.c_uint32, _p8]
     lib.edgeosc_linear_update.argtypes = [ctypes.POINTER(LinearParams), ctypes.POINTER(_i32),
                                           ctypes.POINTER(LinearKey), ctypes.POINTER(LinearKey)]
     lib.edgeosc_linear_query.argtypes = [ctypes.POINTER(LinearParams), ctypes.POINTER(_i32), _p8, _p8]
@@ -67,6 +71,10 @@ def library() -> ctypes.CDLL:
 
 def _ptr(a: np.ndarray):
     return a.ctypes.data_as(_p8)
+
+
+def _p32(a: np.ndarray):
+    return a.ctypes.data_as(ctypes.POINTER(_i32))
 
 
 def _int8(x, shape=None) -> np.ndarray:
@@ -97,10 +105,12 @@ def softmax_params(p: R.SoftmaxQuant, heads: int, tokens: int, d_head: int, d_va
     return make(S.SOFTMAX, **f)
 
 
-def linear_params(p: R.LinearQuant, heads: int, tokens: int, d_head: int, d_value: int) -> LinearParams:
-    """EdgeoscLinearParams from an integer.reference.LinearQuant."""
-    f = p.fields(heads, tokens, d_head, d_value)
-    return make(S.LINEAR, **{**f, "rq_out": _rq(f["rq_out"])})
+def linear_params(p: R.LinearQuant, heads: int, tokens: int, d_head: int, d_value: int,
+                  t0: int = 0) -> tuple[LinearParams, np.ndarray | None]:
+    """EdgeoscLinearParams from an integer.reference.LinearQuant, and the turn array it points to (keep it alive)."""
+    f = p.fields(heads, tokens, d_head, d_value, t0)
+    turn = None if p.turn is None else np.array(p.turn, np.int32)
+    return make(S.LINEAR, **{**f, "rq_out": _rq(f["rq_out"]), "turn": None if turn is None else _p32(turn)}), turn
 
 
 def _heads(q, k, v, *more):
@@ -135,19 +145,36 @@ def softmax_core(p: R.SoftmaxQuant, q, k, v, lut: bool = False) -> np.ndarray:
     return out
 
 
-def linear_core(p: R.LinearQuant, q, k, v, r, g=None) -> np.ndarray:
+def linear_core(p: R.LinearQuant, q, k, v, r, g=None, t0: int = 0) -> np.ndarray:
     """Runs edgeosc_linear_core_int8 on [H, T, *] int8 arrays (r [H, T, 2], g [H, T] or None): out [H, T, dv]."""
     q, k, v, r = _heads(q, k, v, r)
     (H, T, dh), dv = q.shape, v.shape[-1]
     gate = None if g is None else _int8(g, (H, T))
-    c = linear_params(p, H, T, dh, dv)
+    c, _turn = linear_params(p, H, T, dh, dv, t0)
     out = np.empty((H, T, dv), np.int8)
     state = np.empty(R.linear_state_words(dh, dv, p.p), np.int32)
     if library().edgeosc_linear_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, r)),
-                                          None if gate is None else _ptr(gate), _ptr(out),
-                                          state.ctypes.data_as(ctypes.POINTER(_i32))):
+                                          None if gate is None else _ptr(gate), _ptr(out), _p32(state)):
         raise ValueError("edgeosc_linear_core_int8 rejected its parameters")
     return out
+
+
+def linear_stream(p: R.LinearQuant, state: R.LinearStream, q, k, v, r, g=None) -> tuple[np.ndarray, R.LinearStream]:
+    """Runs edgeosc_linear_stream_int8: more frames [H, T, *] of a stream -> (out [H, T, dv], the new state)."""
+    q, k, v, r = _heads(q, k, v, r)
+    (H, T, dh), dv = q.shape, v.shape[-1]
+    gate = None if g is None else _int8(g, (H, T))
+    c, _turn = linear_params(p, H, T, dh, dv)
+    new = R.LinearStream(*(np.array(a, dtype, copy=True) for a, dtype in
+                           ((state.clock, np.int32), (state.sums, np.int32), (state.kept, np.int8))))
+    if new.kept.shape != (H, p.window, dh + dv + 3) or new.sums.shape != (H, R.linear_state_words(dh, dv, p.p)):
+        raise ValueError(f"stream state {new.kept.shape} / {new.sums.shape} is not this core's")
+    out = np.empty((H, T, dv), np.int8)
+    if library().edgeosc_linear_stream_int8(ctypes.byref(c), *map(_ptr, (q, k, v, r)),
+                                            None if gate is None else _ptr(gate), _ptr(out), _p32(new.clock),
+                                            _p32(new.sums), _ptr(new.kept)):
+        raise ValueError("edgeosc_linear_stream_int8 rejected its parameters or state")
+    return out, new
 
 
 def mbqm(x, multiplier: int, shift: int, mode: str = "away") -> np.ndarray:

@@ -497,13 +497,16 @@ class LinearQuant:
     zp: dict = field(default_factory=lambda: dict.fromkeys(S.LINEAR.zero_points, 0))  # q k v g out
     causal: bool = False
     window: int = 0  # > 0 (causal): query i reads keys j in (i - window, i]
+    turn: tuple[int, ...] | None = None  # per head, the anchors' turn a frame in steps of 2^-16 turns (turn_steps)
 
-    def fields(self, heads: int, tokens: int, d_head: int, d_value: int) -> dict:
-        """EdgeoscLinearParams by field name (schema.LINEAR)."""
+    def fields(self, heads: int, tokens: int, d_head: int, d_value: int, t0: int = 0) -> dict:
+        """EdgeoscLinearParams by field name (schema.LINEAR); turn is the tuple (the caller points to it)."""
+        if self.turn is not None and len(self.turn) != heads:
+            raise ValueError(f"linear core: {len(self.turn)} turn rates for {heads} heads")
         return S.LINEAR.ordered(dict(heads=heads, tokens=tokens, d_head=d_head, d_value=d_value, p=self.p,
                                      causal=int(self.causal), window=self.window,
                                      **{f"zp_{n}": self.zp[n] for n in S.LINEAR.zero_points},
-                                     c1=self.c1, rq_out=self.rq_out))
+                                     c1=self.c1, rq_out=self.rq_out, turn=self.turn, t0=_uint32(t0)))
 
 
 def linear_state_words(d_head: int, d_value: int, p: int) -> int:
@@ -512,13 +515,17 @@ def linear_state_words(d_head: int, d_value: int, p: int) -> int:
 
 
 def linear_quant_from_scales(scales: dict, d_head: int, p: int, zp: dict | None = None,
-                             causal: bool = False, window: int = 0) -> LinearQuant:
+                             causal: bool = False, window: int = 0, turn=None) -> LinearQuant:
     """From the float32 scales of q, k, v, out (r and z are unit vectors at 1/128); refuses what the kernel's
-    integer bounds do not hold."""
+    integer bounds do not hold. turn: per head, the anchors' turn a frame (turn_steps), or None."""
     if not LINEAR_P[0] <= p <= LINEAR_P[1]:
         raise ValueError(f"linear core: p = {p} is out of range {LINEAR_P[0]}..{LINEAR_P[1]}")
     if window < 0 or (window and not causal):
         raise ValueError(f"linear core: window {window}: a sliding window is causal and >= 0")
+    if turn is not None:
+        turn = tuple(int(x) for x in turn)
+        if not all(0 <= x < TURN_STEPS for x in turn):
+            raise ValueError(f"linear core: turn rates {turn}: steps of 2^-16 turns, in [0, 2^16)")
     s = float(_f32(scales["q"])) * float(_f32(scales["k"])) / math.sqrt(d_head)
     c1 = math.floor(2.0 / s + 0.5)  # as the custom op's Prepare computes it
     if not LINEAR_C1[0] <= c1 < LINEAR_C1[1]:
@@ -527,7 +534,7 @@ def linear_quant_from_scales(scales: dict, d_head: int, p: int, zp: dict | None 
     rq = requant(fc_multiplier(1.0, scales["v"], scales["out"]), 1.0, scales["v"], scales["out"])
     if not -10 <= rq.shift <= 20:
         raise ValueError(f"linear core: v's scale over out's ({rq.real:.3g}) is out of range")
-    return LinearQuant(p, c1, rq, {**dict.fromkeys(S.LINEAR.zero_points, 0), **(zp or {})}, causal, window)
+    return LinearQuant(p, c1, rq, {**dict.fromkeys(S.LINEAR.zero_points, 0), **(zp or {})}, causal, window, turn)
 
 
 def _bitlen(x) -> np.ndarray:
@@ -620,8 +627,109 @@ def linear_divide(num, den, pq: LinearQuant) -> np.ndarray:
     return np.where(den > 0, np.clip(y, -128, 127), pq.zp["out"]).astype(np.int8)
 
 
-def linear_core_int8(pq: LinearQuant, q, k, v, r, g=None, return_all: bool = False):
+def linear_core_int8(pq: LinearQuant, q, k, v, r, g=None, return_all: bool = False, t0: int = 0):
     """The linear core on [H, T, *] int8 tensors (r [H, T, 2] at 1/128; g [H, T] the unit key gates or None):
-    out [H, T, d_v]."""
-    sc, sr = linear_state(q, k, v, r, g, pq)
+    out [H, T, d_v]. With pq.turn, token i's anchor first turns by turn (t0 + i) (turn_anchors)."""
+    sc, sr = linear_state(q, k, v, turn_anchors(r, pq.turn, t0), g, pq)
     return linear_query(q, sc, sr, pq, return_all)
+
+
+# --- a stream's relative positions: the anchors turn a fixed angle a frame (docs/maths.md#streaming) -------------
+# Frame t's anchor turns by turn_h t steps of a 2^16-step circle (t a uint32 frame count: 2^32 is a multiple of
+# 2^16, so the phase stays exact as t wraps), its cosine and sine in Q15 linear between 257 points of a quarter
+# wave (error < 0.2 of Q15's unit). Every runtime turns by these integers, so a stream's age changes nothing.
+TURN_STEPS = 1 << 16
+COS_QUARTER_Q15 = np.round(Q15 * np.cos(np.pi / 2 * np.arange(257) / 256)).astype(np.int64)
+
+
+def turn_steps(omega) -> tuple[int, ...]:
+    """Per head, a turn of omega radians a frame in steps of 2^-16 turns (the rotating anchors' omega)."""
+    return tuple(int(round(float(w) * TURN_STEPS / (2 * math.pi))) % TURN_STEPS for w in np.ravel(omega))
+
+
+def _uint32(x: int) -> int:
+    """A uint32 frame number as the int32 a C struct holds."""
+    x = int(x) & 0xFFFFFFFF
+    return x - (1 << 32) if x >= 1 << 31 else x
+
+
+def _quarter_cos(y) -> np.ndarray:
+    """cos(pi/2 y / 2^14) in Q15 for y in [0, 2^14], linear between the table's points (rounded down)."""
+    i, f = y >> 6, y & 63
+    lo, hi = COS_QUARTER_Q15[i], COS_QUARTER_Q15[np.minimum(i + 1, 256)]
+    return lo + (((hi - lo) * f + 32) >> 6)
+
+
+def cos_sin_q15(phase) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin) in Q15 of phase steps of 2^-16 turns (any integers: taken mod 2^16)."""
+    u = _i64(phase) & (TURN_STEPS - 1)
+    quadrant, x = u >> 14, u & 0x3FFF
+    c, s = _quarter_cos(x), _quarter_cos(0x4000 - x)
+    return (np.choose(quadrant, [c, -s, -c, s]), np.choose(quadrant, [s, c, -s, -c]))
+
+
+def turn_anchors(r, turn, t0: int = 0) -> np.ndarray:
+    """r [H, T, 2] (int8 unit vectors at 1/128) with token i's turned by turn_h (t0 + i) steps, rounded half up to
+    int8; r itself when turn is None."""
+    if turn is None:
+        return np.asarray(r)
+    H, T = np.shape(r)[:2]
+    t = (int(t0) + np.arange(T, dtype=np.int64)) & 0xFFFFFFFF
+    c, s = cos_sin_q15((_i64(turn)[:, None] * t) & (TURN_STEPS - 1))  # [H, T]
+    x, y = _i64(r)[..., 0], _i64(r)[..., 1]
+    out = np.stack([(c * x - s * y + (1 << 14)) >> 15, (s * x + c * y + (1 << 14)) >> 15], -1)
+    return np.clip(out, -128, 127).astype(np.int8)
+
+
+@dataclass
+class LinearStream:
+    """A stream's state of the windowed linear core, what it carries from one frame to the next (all heads):
+    clock [3] int32: the next frame's number t (uint32, wraps; the anchors' turn), keys held n <= window, the
+    ring's next slot; sums [H, words] int32: the two sums over the held keys; kept [H, window, d_h + d_v + 3] int8:
+    each held key's k, v, turned anchor and gate, to subtract its terms when it expires. zeros (t) starts one."""
+    clock: np.ndarray
+    sums: np.ndarray
+    kept: np.ndarray
+
+    @classmethod
+    def zeros(cls, heads: int, d_head: int, d_value: int, p: int, window: int, t: int = 0) -> LinearStream:
+        return cls(np.array([_uint32(t), 0, 0], np.int32), np.zeros((heads, linear_state_words(d_head, d_value, p)),
+                   np.int32), np.zeros((heads, window, d_head + d_value + 3), np.int8))
+
+
+def linear_stream_int8(pq: LinearQuant, state: LinearStream, q, k, v, r, g=None) -> tuple[np.ndarray, LinearStream]:
+    """T more frames [H, T, *] of a stream through the windowed core (pq.window > 0): out [H, T, d_v] and the new
+    state. Each frame adds its key, subtracts the one `window` frames back (once n = window), then queries: a
+    stream started from LinearStream.zeros(..., t0) equals linear_core_int8(..., t0=t0) over the same frames."""
+    W = pq.window
+    if not (pq.causal and W > 0):
+        raise ValueError("a stream runs the windowed core (causal, window > 0)")
+    q, k, v, r = (np.asarray(a) for a in (q, k, v, r))
+    H, T, dh = q.shape
+    dv = v.shape[-1]
+    if state.kept.shape != (H, W, dh + dv + 3) or state.sums.shape != (H, linear_state_words(dh, dv, pq.p)):
+        raise ValueError(f"stream state of shapes {state.kept.shape} / {state.sums.shape} is not this core's "
+                         f"({(H, W, dh + dv + 3)} / {(H, linear_state_words(dh, dv, pq.p))})")
+    t, n, slot = (int(x) for x in state.clock)
+    sums, kept = _i64(state.sums), state.kept.copy()
+    gate = np.zeros((H, T), np.int8) if g is None else np.asarray(g)
+    fc = 2 * (1 + dh + dh * (dh + 1) // 2)
+    outs = []
+
+    def terms(kk, vv, rr, gg):  # [H, words]: one key's terms of both sums
+        sc, sr = linear_key_features(kk, vv, rr, None if g is None else gg, pq)
+        return np.concatenate([sc.reshape(H, -1), sr.reshape(H, -1)], -1)
+
+    for i in range(T):
+        rt = turn_anchors(r[:, i:i + 1], pq.turn, t)[:, 0]
+        sums = sums + terms(k[:, i], v[:, i], rt, gate[:, i])
+        if n == W:  # the oldest held key expires
+            old = kept[:, slot]
+            sums = sums - terms(old[:, :dh], old[:, dh:dh + dv], old[:, dh + dv:dh + dv + 2], old[:, -1])
+        kept[:, slot] = np.concatenate([k[:, i], v[:, i], rt, gate[:, i:i + 1]], -1)
+        sums = wrap32(sums)
+        outs.append(linear_query(q[:, i:i + 1], sums[:, None, :fc].reshape(H, 1, -1, 2),
+                                 sums[:, None, fc:].reshape(H, 1, -1, dv + 1), pq))
+        t, n, slot = (t + 1) & 0xFFFFFFFF, min(n + 1, W), (slot + 1) % W
+    return np.concatenate(outs, 1), LinearStream(np.array([_uint32(t), n, slot], np.int32),
+                                                 sums.astype(np.int32), kept)

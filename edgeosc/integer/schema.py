@@ -13,7 +13,8 @@ A field's role says where its value comes from: "shape" (tensor dims), "table" (
 table), "input" (an input or output tensor's zero point), "point" (an internal quantization point's zero
 point: the custom op reads <point>_scale and <point>_zero_point options for it), "const", "requant"
 (an EdgeoscRequant multiplier and shift), "softmax" (PreprocessSoftmaxScaling's integers), "rounding" (an
-EdgeoscRounding), "lut" (an optional int32 table).
+EdgeoscRounding), "lut" (an optional int32 table), "turn" (an optional int32 array, one value a head), "frame"
+(a frame number).
 """
 from __future__ import annotations
 
@@ -154,6 +155,8 @@ LINEAR = Core("EdgeoscLinearParams", (
     _zp("out", "the output's", "input"),
     _f("c1", "int32", "round(2 / s), s = q's scale x k's / sqrt(d_head): the coupling's taylor2", "const"),
     _f("rq_out", "Requant", "v's scale over out's", "requant"),
+    _f("turn", "int32*", "per head, the anchors' turn a frame on a 2^16-step circle (NULL: none)", "turn"),
+    _f("t0", "int32", "token 0's frame number (uint32, wraps): token i's anchor turns by turn (t0 + i)", "frame"),
 ))
 
 CORES = (OSC, GATE, SOFTMAX, LINEAR)

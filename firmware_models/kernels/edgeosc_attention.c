@@ -801,25 +801,76 @@ void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const Edg
   linear_query_portable(p, state, q, out);
 }
 
-/* Key j of a head's [T, *] tensors (gh: its gates, or NULL), to be added. */
-static EdgeoscLinearKey head_key(const EdgeoscLinearParams *p, const int8_t *kh, const int8_t *vh, const int8_t *rh,
-                                 const int8_t *gh, int j) {
+/* cos(pi/2 i / 256) in Q15, i = 0..256: a quarter wave (reference.COS_QUARTER_Q15) */
+static const int32_t kCosQuarterQ15[257] = {
+    32768, 32767, 32766, 32762, 32758, 32753, 32746, 32738, 32729, 32718, 32706, 32693, 32679, 32664, 32647, 32629,
+    32610, 32590, 32568, 32546, 32522, 32496, 32470, 32442, 32413, 32383, 32352, 32319, 32286, 32251, 32214, 32177,
+    32138, 32099, 32058, 32015, 31972, 31927, 31881, 31834, 31786, 31737, 31686, 31634, 31581, 31527, 31471, 31415,
+    31357, 31298, 31238, 31177, 31114, 31050, 30986, 30920, 30853, 30784, 30715, 30644, 30572, 30499, 30425, 30350,
+    30274, 30196, 30118, 30038, 29957, 29875, 29792, 29707, 29622, 29535, 29448, 29359, 29269, 29178, 29086, 28993,
+    28899, 28803, 28707, 28610, 28511, 28411, 28311, 28209, 28106, 28002, 27897, 27791, 27684, 27576, 27467, 27357,
+    27246, 27133, 27020, 26906, 26791, 26674, 26557, 26439, 26320, 26199, 26078, 25956, 25833, 25708, 25583, 25457,
+    25330, 25202, 25073, 24943, 24812, 24680, 24548, 24414, 24279, 24144, 24008, 23870, 23732, 23593, 23453, 23312,
+    23170, 23028, 22884, 22740, 22595, 22449, 22302, 22154, 22006, 21856, 21706, 21555, 21403, 21251, 21097, 20943,
+    20788, 20632, 20475, 20318, 20160, 20001, 19841, 19681, 19520, 19358, 19195, 19032, 18868, 18703, 18538, 18372,
+    18205, 18037, 17869, 17700, 17531, 17361, 17190, 17018, 16846, 16673, 16500, 16326, 16151, 15976, 15800, 15624,
+    15447, 15269, 15091, 14912, 14733, 14553, 14373, 14192, 14010, 13828, 13646, 13463, 13279, 13095, 12910, 12725,
+    12540, 12354, 12167, 11980, 11793, 11605, 11417, 11228, 11039, 10850, 10660, 10469, 10279, 10088, 9896, 9704,
+    9512, 9319, 9127, 8933, 8740, 8546, 8351, 8157, 7962, 7767, 7571, 7376, 7180, 6983, 6787, 6590,
+    6393, 6195, 5998, 5800, 5602, 5404, 5205, 5007, 4808, 4609, 4410, 4211, 4011, 3812, 3612, 3412,
+    3212, 3012, 2811, 2611, 2411, 2210, 2009, 1809, 1608, 1407, 1206, 1005, 804, 603, 402, 201,
+    0};
+
+/* cos(pi/2 y / 2^14) in Q15, y in [0, 2^14], linear between the table's points */
+static int32_t quarter_cos(uint32_t y) {
+  const uint32_t i = y >> 6, f = y & 63;
+  const int32_t lo = kCosQuarterQ15[i], hi = kCosQuarterQ15[i < 256 ? i + 1 : 256];
+  return lo + (((hi - lo) * (int32_t)f + 32) >> 6);
+}
+
+void edgeosc_turn_anchor(const int8_t *r, uint32_t phase, int8_t *out) {
+  const uint32_t u = phase & 0xFFFF, x = u & 0x3FFF;
+  const int32_t c0 = quarter_cos(x), s0 = quarter_cos(0x4000 - x);
+  int32_t c, s;
+  switch (u >> 14) {
+    case 0: c = c0, s = s0; break;
+    case 1: c = -s0, s = c0; break;
+    case 2: c = -c0, s = -s0; break;
+    default: c = s0, s = -c0; break;
+  }
+  {
+    const int32_t x0 = r[0], x1 = r[1];
+    out[0] = clamp8((c * x0 - s * x1 + (1 << 14)) >> 15);
+    out[1] = clamp8((s * x0 + c * x1 + (1 << 14)) >> 15);
+  }
+}
+
+/* Key j of a head's [T, *] tensors (gh: its gates, or NULL), to be added; its anchor turned for frame t into rt. */
+static EdgeoscLinearKey head_key(const EdgeoscLinearParams *p, int hd, const int8_t *kh, const int8_t *vh,
+                                 const int8_t *rh, const int8_t *gh, int j, uint32_t t, int8_t *rt) {
   EdgeoscLinearKey key;
   key.k = kh + (size_t)j * p->d_head, key.v = vh + (size_t)j * p->d_value, key.r = rh + (size_t)j * 2;
+  if (p->turn) edgeosc_turn_anchor(key.r, (uint32_t)p->turn[hd] * t, rt), key.r = rt;
   key.gate = gh ? gh[j] - p->zp_g : 256, key.sign = 1;
   return key;
+}
+
+static int linear_params_ok(const EdgeoscLinearParams *p) {
+  return p->tokens > 0 && p->d_head > 0 && p->d_head <= EDGEOSC_LINEAR_MAX_D_HEAD && p->d_value > 0 &&
+         p->heads > 0 && p->p >= 1 && p->p <= 4 && p->rq_out.shift >= -10 && p->rq_out.shift <= 20 &&
+         p->c1 >= 16 && p->c1 < (1 << 20) /* the int64 bounds' ranges */ && p->window >= 0 &&
+         (!p->window || p->causal);
 }
 
 int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
                              const int8_t *r, const int8_t *g, int8_t *out, int32_t *state) {
   const int T = p->tokens, dh = p->d_head, dv = p->d_value;
   const size_t words = EDGEOSC_LINEAR_STATE_WORDS(dh, dv, p->p);
+  const uint32_t t0 = (uint32_t)p->t0;
   int hd, i;
   size_t n;
-  if (T <= 0 || dh <= 0 || dh > EDGEOSC_LINEAR_MAX_D_HEAD || dv <= 0 || p->heads <= 0 || p->p < 1 ||
-      p->p > 4 || p->rq_out.shift < -10 || p->rq_out.shift > 20 || p->c1 < 16 ||
-      p->c1 >= (1 << 20) /* the int64 bounds' ranges */ || p->window < 0 || (p->window && !p->causal))
-    return -1;
+  int8_t ra[2], rb[2];
+  if (!linear_params_ok(p)) return -1;
   for (hd = 0; hd < p->heads; ++hd) {
     const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh, *gh = g ? g + (size_t)hd * T : 0;
     const int8_t *vh = v + (size_t)hd * T * dv, *rh = r + (size_t)hd * T * 2;
@@ -827,19 +878,56 @@ int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, cons
     for (n = 0; n < words; ++n) state[n] = 0;
     if (p->causal) { /* prefix sums: key i (less key i - window), then query i: a stream's steps */
       for (i = 0; i < T; ++i) {
-        const EdgeoscLinearKey key = head_key(p, kh, vh, rh, gh, i);
+        const EdgeoscLinearKey key = head_key(p, hd, kh, vh, rh, gh, i, t0 + (uint32_t)i, ra);
         EdgeoscLinearKey expired;
-        const int expires = p->window > 0 && i >= p->window;
-        if (expires) expired = head_key(p, kh, vh, rh, gh, i - p->window), expired.sign = -1;
+        const int expires = p->window > 0 && i >= p->window, j = i - p->window;
+        if (expires) expired = head_key(p, hd, kh, vh, rh, gh, j, t0 + (uint32_t)j, rb), expired.sign = -1;
         edgeosc_linear_step(p, state, &key, expires ? &expired : NULL, qh + (size_t)i * dh, oh + (size_t)i * dv);
       }
       continue;
     }
     for (i = 0; i < T; i += 2) { /* every key, two a pass, then every query */
-      const EdgeoscLinearKey ka = head_key(p, kh, vh, rh, gh, i), kb = head_key(p, kh, vh, rh, gh, i + (i + 1 < T));
+      const int j = i + (i + 1 < T);
+      const EdgeoscLinearKey ka = head_key(p, hd, kh, vh, rh, gh, i, t0 + (uint32_t)i, ra),
+                             kb = head_key(p, hd, kh, vh, rh, gh, j, t0 + (uint32_t)j, rb);
       edgeosc_linear_update(p, state, &ka, i + 1 < T ? &kb : NULL);
     }
     for (i = 0; i < T; ++i) edgeosc_linear_query(p, state, qh + (size_t)i * dh, oh + (size_t)i * dv);
+  }
+  return 0;
+}
+
+int edgeosc_linear_stream_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
+                               const int8_t *r, const int8_t *g, int8_t *out, int32_t *clock, int32_t *sums,
+                               int8_t *kept) {
+  const int T = p->tokens, dh = p->d_head, dv = p->d_value, W = p->window, row = dh + dv + 3;
+  const size_t words = EDGEOSC_LINEAR_STATE_WORDS(dh, dv, p->p);
+  int hd, i, a;
+  if (!linear_params_ok(p) || !p->causal || W <= 0 || clock[1] < 0 || clock[1] > W || clock[2] < 0 ||
+      clock[2] >= W)
+    return -1;
+  for (hd = 0; hd < p->heads; ++hd) {
+    const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh, *gh = g ? g + (size_t)hd * T : 0;
+    const int8_t *vh = v + (size_t)hd * T * dv, *rh = r + (size_t)hd * T * 2;
+    int8_t *oh = out + (size_t)hd * T * dv, *ring = kept + (size_t)hd * W * row;
+    int32_t *state = sums + (size_t)hd * words;
+    uint32_t t = (uint32_t)clock[0];
+    int held = clock[1], slot = clock[2];
+    for (i = 0; i < T; ++i, ++t, slot = slot + 1 < W ? slot + 1 : 0) {
+      int8_t rt[2], *keep = ring + (size_t)slot * row;
+      const EdgeoscLinearKey key = head_key(p, hd, kh, vh, rh, gh, i, t, rt);
+      EdgeoscLinearKey expired;
+      if (held == W) { /* the oldest held key leaves: the terms it added, from its kept copy */
+        expired.k = keep, expired.v = keep + dh, expired.r = keep + dh + dv;
+        expired.gate = g ? keep[dh + dv + 2] - p->zp_g : 256, expired.sign = -1;
+      }
+      edgeosc_linear_step(p, state, &key, held == W ? &expired : NULL, qh + (size_t)i * dh, oh + (size_t)i * dv);
+      for (a = 0; a < dh; ++a) keep[a] = key.k[a];
+      for (a = 0; a < dv; ++a) keep[dh + a] = key.v[a];
+      keep[dh + dv] = key.r[0], keep[dh + dv + 1] = key.r[1], keep[dh + dv + 2] = gh ? gh[i] : 0;
+      if (held < W) ++held;
+    }
+    if (hd == p->heads - 1) clock[0] = (int32_t)t, clock[1] = held, clock[2] = slot;
   }
   return 0;
 }

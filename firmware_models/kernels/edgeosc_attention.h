@@ -134,6 +134,8 @@ typedef struct {
   int32_t zp_out;                       /* the output's */
   int32_t c1;                           /* round(2 / s), s = q's scale x k's / sqrt(d_head): the coupling's taylor2 */
   EdgeoscRequant rq_out;                /* v's scale over out's */
+  const int32_t *turn;                  /* per head, the anchors' turn a frame on a 2^16-step circle (NULL: none) */
+  int32_t t0;                           /* token 0's frame number (uint32, wraps): token i's anchor turns by turn (t0 + i) */
 } EdgeoscLinearParams;
 /* END GENERATED */
 
@@ -177,10 +179,26 @@ void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const Edg
 
 /** The whole core over [H, T, *] tensors (r [H, T, 2], g [H, T] or NULL); state: EDGEOSC_LINEAR_STATE_WORDS
  * int32. Causal with a window, query i reads keys i - window < j <= i: each step adds key i and removes key
- * i - window, as a stream does. Returns 0, or -1 on invalid parameters (p outside 1..4, rq_out's shift outside
+ * i - window, as a stream does. With p->turn, token i's anchor turns by turn_h (t0 + i) steps
+ * (edgeosc_turn_anchor) before it enters the sums. Returns 0, or -1 on invalid parameters (p outside 1..4, rq_out's shift outside
  * -10..20, c1 outside [16, 2^20), d_head above EDGEOSC_LINEAR_MAX_D_HEAD, a window < 0 or not causal). */
 int edgeosc_linear_core_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
                              const int8_t *r, const int8_t *g, int8_t *out, int32_t *state);
+
+/** A stream through the windowed core (causal, window W > 0): p->tokens more frames [H, T, *] (r unturned; g
+ * [H, T] or NULL), out [H, T, d_value]. The stream's state, all heads', updated in place: clock [3] (the next
+ * frame's number t as uint32, which turns the anchors by turn_h t; keys held, <= W; the ring's next slot), sums
+ * [H, EDGEOSC_LINEAR_STATE_WORDS], kept [H, W, d_head + d_value + 3] (each held key's k, v, turned r and g, whose
+ * terms leave the sums W frames later). Zeros with clock {t0, 0, 0} start a stream, which then equals
+ * edgeosc_linear_core_int8 at p->t0 = t0 over the same frames. Returns 0, or -1 as edgeosc_linear_core_int8 does
+ * or on a clock that is not a stream's. */
+int edgeosc_linear_stream_int8(const EdgeoscLinearParams *p, const int8_t *q, const int8_t *k, const int8_t *v,
+                               const int8_t *r, const int8_t *g, int8_t *out, int32_t *clock, int32_t *sums,
+                               int8_t *kept);
+
+/** r = 128 (cos f, sin f) turned by phase steps of 2^-16 turns (taken mod 2^16), rounded half up to int8:
+ * the anchors' turn of a stream (p->turn), cos and sin in Q15 from a quarter-wave table. */
+void edgeosc_turn_anchor(const int8_t *r, uint32_t phase, int8_t *out);
 
 /** TFLite reference int8 L2_NORMALIZATION of one row (output scale 1/128, zero point 0); out may be x. */
 void edgeosc_l2norm_row_int8(const int8_t *x, int n, int32_t zero_point, int8_t *out);
