@@ -307,6 +307,67 @@ def test_custom_op_equals_reference(gated):
                                       R.linear_core_int8(pw, q, k, v, r, g))
 
 
+def linear_stream_op_model(shapes, window, turn, gated, kept_rows=None) -> bytes:
+    """One EdgeOscAttention op as a stream's step over T frames: q, k, v, r (+ g), clock, sums, kept -> out and the
+    next clock, sums, kept (kept_rows: another model's ring length, to be refused)."""
+    from edgeosc.export.tflite import custom_op as tflite_op
+    from edgeosc.export.tflite.builder import TFLiteBuilder
+
+    H, T, dh, dv = shapes
+    b = TFLiteBuilder()
+    xs = [b.input(n, (H, T, d), np.int8, SCALES.get(n, 1 / 128), ZP.get(n, 0)) for n, d in zip("qkvr", (dh, dh, dv, 2))]
+    if gated:
+        xs.append(b.input("g", (H, 1, T), np.int8, 1 / 128, ZP["g"]))
+    state = [(3,), (H, R.linear_state_words(dh, dv, 4)), (H, kept_rows or window, dh + dv + 3)]
+    types = (np.int32, np.int32, np.int8)
+    raw = [dict(), dict(), dict(scale=1.0, zero_point=0)]  # kept: raw int8 storage (k, v, r, g of each key)
+    xs += [b.input(f"{n}_in", shape, dtype, **q) for n, shape, dtype, q in zip(("clock", "sums", "kept"), state, types, raw)]
+    outs = [b.tensor("out", (H, T, dv), np.int8, scale=SCALES["out"], zero_point=ZP["out"])]
+    outs += [b.tensor(n, shape, dtype, **q) for n, shape, dtype, q in zip(("clock", "sums", "kept"), state, types, raw)]
+    b.custom(tflite_op.OP_NAME, xs, outs, tflite_op.custom_options(form="linear", p=4, heads=H, d_osc=2, causal=1,
+                                                                   window=window, turn=turn, stream=1))
+    for o in outs:
+        b.mark_output(o)
+    return b.to_bytes()
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_custom_op_streams_as_the_windowed_core(gated):
+    """The op with option stream: frames one at a time through tflite-runtime, the state passed from each call's
+    outputs to the next call's inputs, equal the windowed core (the anchors turning) bit for bit; so does the op
+    over all frames at once with the turn option; a ring of another length is refused by name."""
+    tfl = pytest.importorskip("tflite_runtime.interpreter")
+    from edgeosc.runtime import custom_op
+
+    rng = np.random.default_rng(41 + gated)
+    H, T, W, dh, dv = 2, 30, 6, 8, 8
+    x = case(rng, H, T, dh, dv, gated)
+    turn = R.turn_steps([0.11, 0.4])
+    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W, turn=turn)
+    want = R.linear_core_int8(pq, *x)
+    xs = list(x[:4]) + ([x[4][:, None, :]] if gated else [])
+    windowed = linear_op_model((H, T, dh, dv), SCALES, ZP, 4, gated, causal=1, window=W, turn=turn)
+    np.testing.assert_array_equal(run_custom(windowed, xs), want)
+    it = tfl.InterpreterWithCustomOps(model_content=linear_stream_op_model((H, 1, dh, dv), W, turn, gated),
+                                      custom_op_registerers=[custom_op.register])
+    it.allocate_tensors()
+    ins, outs = it.get_input_details(), it.get_output_details()
+    state = list(vars(R.LinearStream.zeros(H, dh, dv, 4, W)).values())
+    got = []
+    for i in range(T):
+        frame = [a[:, i:i + 1] for a in x[:4]] + ([x[4][:, None, i:i + 1]] if gated else [])
+        for d, a in zip(ins, frame + state):
+            it.set_tensor(d["index"], np.ascontiguousarray(a))
+        it.invoke()
+        got.append(it.get_tensor(outs[0]["index"]))
+        state = [it.get_tensor(d["index"]) for d in outs[1:]]
+    np.testing.assert_array_equal(np.concatenate(got, 1), want)
+    assert list(state[0]) == [T, W, T % W]
+    with pytest.raises(RuntimeError, match="a state of another model"):
+        run_custom(linear_stream_op_model((H, 1, dh, dv), W, turn, gated, kept_rows=W + 1),
+                   [a[:, :1] for a in xs] + [np.zeros(3, np.int32)])
+
+
 def test_custom_op_refuses_bad_linear_settings():
     from edgeosc.export.tflite import custom_op as tflite_op
 
@@ -324,18 +385,19 @@ def test_custom_op_refuses_bad_linear_settings():
 @pytest.mark.parametrize("gated, window", [(False, 0), (True, 0), (True, 9)])
 def test_firmware_lowering_equals_reference(tmp_path, gated, window):
     """The op lowered by export/c (edgeosc_linear_core_int8, its state in the arena) on the host build; with a
-    window, as a stream's steps."""
+    window, as a stream's steps, the anchors turning."""
     from edgeosc.bench.estimate import host_logits
     from edgeosc.export.c import generate
 
     rng = np.random.default_rng(5)
     shapes = (2, 49, 8, 8)
     model = tmp_path / "op.tflite"
-    model.write_bytes(linear_op_model(shapes, SCALES, ZP, 4, gated, **(dict(causal=1, window=window) if window
-                                                                       else {})))
+    turn = R.turn_steps([0.2, 0.03]) if window else None
+    model.write_bytes(linear_op_model(shapes, SCALES, ZP, 4, gated, **(dict(causal=1, window=window, turn=turn)
+                                                                       if window else {})))
     info = generate(model, tmp_path / "fw", "op", features=None)
     assert "edgeosc_linear_core_int8" in (tmp_path / "fw" / "op_model.c").read_text() and info["calls"] == 1
-    pq = R.linear_quant_from_scales(SCALES, shapes[2], 4, ZP, causal=bool(window), window=window)
+    pq = R.linear_quant_from_scales(SCALES, shapes[2], 4, ZP, causal=bool(window), window=window, turn=turn)
     for _ in range(3):
         xs = case(rng, *shapes, gated)
         flat = np.concatenate([x.ravel() for x in xs if x is not None])[None]

@@ -8,9 +8,12 @@
  * Prepare computes every requantization multiplier from the float32 scales exactly as the builtin ops'
  * Prepare would, so invoke (edgeosc_oscillator_core_int8) is bit-exact with the builtin chain.
  * Option form "linear" runs the linear core instead (edgeosc_linear_core_int8; d_osc 2, taylor2): inputs q, k,
- * v, r (1/128, 0) and optionally the unit gates g [.., H, 1, T]; options p (1..4, required) and causal; no
- * points, no tables: Prepare derives its two constants from the tensors' scales, as
- * edgeosc/integer/reference.py linear_quant_from_scales does.
+ * v, r (1/128, 0) and optionally the unit gates g [.., H, 1, T]; options p (1..4, required), causal, window
+ * and turn (the anchors' turn a frame per head, uint16 little-endian steps of 2^-16 turns: a blob); no points,
+ * no tables: Prepare derives its two constants from the tensors' scales, as edgeosc/integer/reference.py
+ * linear_quant_from_scales does. With option stream 1 (a window) the op is one step of a stream
+ * (edgeosc_linear_stream_int8): after q, k, v, r (+ g) it takes the stream's state, clock int32 [3], sums int32
+ * [.., H, words] and kept int8 [.., H, W, d_head + d_value + 3], and gives out and the next state, in that order.
  */
 #include <math.h>
 #include <stdint.h>
@@ -25,7 +28,7 @@
  * context->tensors; TfLiteNode and TfLiteContext stop at the last field read. ---- */
 typedef int TfLiteStatus; /* kTfLiteOk = 0, kTfLiteError = 1 */
 enum { kTfLiteOk = 0, kTfLiteError = 1 };
-enum { kTfLiteInt8 = 9 };
+enum { kTfLiteInt32 = 2, kTfLiteInt8 = 9 };
 
 typedef struct {
   int size;
@@ -45,6 +48,7 @@ typedef struct {
 typedef struct {
   int type; /* TfLiteType */
   union {
+    int32_t *i32;
     int8_t *int8;
     void *raw;
   } data;
@@ -270,6 +274,9 @@ typedef struct {
   int linear;       /* option form "linear": the linear core, its parameters and one head's state */
   EdgeoscLinearParams lin;
   int32_t *state;
+  int stream;       /* option stream: one step of a stream, its state in and out */
+  int n_turn;       /* option turn: the rates given (one a head), and per flattened head in prepare */
+  int32_t turn_option[64], *turn;
   const char *error;
 } OpData;
 
@@ -338,11 +345,21 @@ static int opt_number(const Flex *f, const FlexRef *root, const char *key, doubl
 }
 
 static int parse_linear(OpData *d, const Flex *f, const FlexRef *root) {
-  double p = 0, causal = 0, window = 0, heads = 0, d_osc = 2;
+  double p = 0, causal = 0, window = 0, heads = 0, d_osc = 2, stream = 0;
+  FlexRef v;
+  const uint8_t *t;
+  size_t n, i;
   if (!opt_number(f, root, "p", 1, 4, &p) || !p || !opt_number(f, root, "causal", 0, 1, &causal) ||
       !opt_number(f, root, "window", 0, 1 << 20, &window) || (window && !causal) ||
-      !opt_number(f, root, "heads", 1, 1 << 20, &heads) || !opt_number(f, root, "d_osc", 2, 2, &d_osc))
+      !opt_number(f, root, "heads", 1, 1 << 20, &heads) || !opt_number(f, root, "d_osc", 2, 2, &d_osc) ||
+      !opt_number(f, root, "stream", 0, 1, &stream) || (stream && !window))
     return 0;
+  if (fx_lookup(f, root, "turn", &v)) { /* uint16 little-endian, one a head */
+    if (v.type != FBT_BLOB || !fx_bytes(f, &v, &t, &n) || !n || n % 2 || n / 2 > 64) return 0;
+    for (i = 0; i < n / 2; ++i) d->turn_option[i] = t[2 * i] | (int32_t)t[2 * i + 1] << 8;
+    d->n_turn = (int)(n / 2);
+  }
+  d->stream = stream != 0;
   d->linear = 1;
   d->lin.p = (int32_t)p;
   d->lin.causal = (int32_t)causal;
@@ -420,7 +437,8 @@ static void *op_init(TfLiteContext *context, const char *buffer, size_t length) 
   (void)context;
   if (d && !parse_options(d, (const uint8_t *)buffer, length))
     d->error = "EdgeOscAttention: bad custom options (need <point>_scale for qk w h zr c sum inv a; form linear: "
-               "p in 1..4, causal 0/1, window >= 0 (causal), d_osc 2)";
+               "p in 1..4, causal 0/1, window >= 0 (causal), d_osc 2, turn a blob of uint16 (<= 64 heads), "
+               "stream 0/1 (with a window))";
   return d;
 }
 
@@ -430,6 +448,7 @@ static void op_free(TfLiteContext *context, void *buffer) {
   if (d) {
     free(d->scratch);
     free(d->state);
+    free(d->turn);
   }
   free(d);
 }
@@ -476,19 +495,31 @@ static TfLiteStatus check_io(TfLiteContext *context, TfLiteNode *node, const OpD
 
 /* The linear core: q, k, v, r (+ g), constants from the tensors' scales (reference.linear_quant_from_scales). */
 static TfLiteStatus prepare_linear(TfLiteContext *context, TfLiteNode *node, OpData *d) {
-  TfLiteTensor *in[5], *out;
+  TfLiteTensor *in[8], *out;
   int32_t H[6], T[6], dim[6];
   EdgeoscLinearParams *p = &d->lin;
   double s, c1;
-  const int gated = node->inputs->size == 5;
-  if ((node->inputs->size != 4 && !gated) || node->outputs->size != 1)
-    FAIL("EdgeOscAttention (linear): needs inputs q, k, v, r (+ gates g) and one output");
+  const int state_in = d->stream ? 3 : 0, gated = node->inputs->size == 5 + state_in;
+  int i;
+  if ((node->inputs->size != 4 + state_in && !gated) || node->outputs->size != 1 + state_in)
+    FAIL(d->stream ? "EdgeOscAttention (linear stream): needs inputs q, k, v, r (+ gates g), clock, sums, kept and "
+                     "outputs out, clock, sums, kept"
+                   : "EdgeOscAttention (linear): needs inputs q, k, v, r (+ gates g) and one output");
   if (check_io(context, node, d, in, &out, H, T, dim) != kTfLiteOk) return kTfLiteError;
   if (dim[3] != 2) FAIL("EdgeOscAttention (linear): r must be [.., 2] (d_osc 2)");
   if (in[3]->params.scale != 1.0f / 128 || in[3]->params.zero_point != 0)
     FAIL("EdgeOscAttention (linear): r must be unit vectors at scale 1/128, zero point 0");
   if (gated && (dims3(in[4], &H[5], &T[5]) != T[0] || H[5] != H[0] || T[5] != 1))
     FAIL("EdgeOscAttention (linear): the gates g must be int8 [.., H, 1, T]");
+  free(d->turn);
+  d->turn = NULL;
+  if (d->n_turn) { /* one rate a head, repeated over any leading (batch) dims */
+    if (H[0] % d->n_turn) FAIL("EdgeOscAttention (linear): turn gives a rate for each of fewer heads than H");
+    if (!(d->turn = (int32_t *)malloc((size_t)H[0] * sizeof(int32_t)))) FAIL("EdgeOscAttention: out of memory");
+    for (i = 0; i < H[0]; ++i) d->turn[i] = d->turn_option[i % d->n_turn];
+  }
+  p->turn = d->turn;
+  p->t0 = 0;
   p->heads = H[0];
   p->tokens = T[0];
   p->d_head = dim[0];
@@ -508,6 +539,18 @@ static TfLiteStatus prepare_linear(TfLiteContext *context, TfLiteNode *node, OpD
   free(d->state);
   if (!(d->state = (int32_t *)malloc(EDGEOSC_LINEAR_STATE_WORDS(p->d_head, p->d_value, p->p) * sizeof(int32_t))))
     FAIL("EdgeOscAttention: out of memory");
+  if (d->stream) { /* the state: each output exactly as its input (the next call reads what this one wrote) */
+    const size_t bytes[3] = {3 * sizeof(int32_t),
+                             (size_t)H[0] * EDGEOSC_LINEAR_STATE_WORDS(p->d_head, p->d_value, p->p) * sizeof(int32_t),
+                             (size_t)H[0] * p->window * (p->d_head + p->d_value + 3)};
+    for (i = 0; i < 3; ++i) {
+      const TfLiteTensor *a = in[node->inputs->size - 3 + i], *b = tensor(context, node->outputs, 1 + i);
+      const int type = i == 2 ? kTfLiteInt8 : kTfLiteInt32;
+      if (!b || a->type != type || b->type != type || a->bytes != bytes[i] || b->bytes != bytes[i])
+        FAIL("EdgeOscAttention (linear stream): the state must be clock int32 [3], sums int32 [.., H, words], "
+             "kept int8 [.., H, window, d_head + d_value + 3], in and out alike (a state of another model?)");
+    }
+  }
   return kTfLiteOk;
 }
 
@@ -587,7 +630,21 @@ static TfLiteStatus op_invoke(TfLiteContext *context, TfLiteNode *node) {
   const int8_t **tab[3] = {&p->table_w, &p->table_c, &p->table_inv};
   const int tables_in = node->inputs->size - d->gated == 7;
   if (d->linear) {
-    const TfLiteTensor *g = node->inputs->size == 5 ? tensor(context, node->inputs, 4) : NULL;
+    const int state_in = d->stream ? 3 : 0;
+    const TfLiteTensor *g = node->inputs->size == 5 + state_in ? tensor(context, node->inputs, 4) : NULL;
+    if (d->stream) {
+      TfLiteTensor *st[3];
+      for (i = 0; i < 3; ++i) {
+        st[i] = tensor(context, node->outputs, 1 + i);
+        memcpy(st[i]->data.raw, tensor(context, node->inputs, node->inputs->size - 3 + i)->data.raw, st[i]->bytes);
+      }
+      if (edgeosc_linear_stream_int8(&d->lin, q->data.int8, k->data.int8, v->data.int8, r->data.int8,
+                                     g ? g->data.int8 : NULL, out->data.int8, st[0]->data.i32, st[1]->data.i32,
+                                     st[2]->data.int8))
+        FAIL("EdgeOscAttention (linear stream): the clock is not a stream's (keys held outside 0..window, or the "
+             "ring's slot outside it)");
+      return kTfLiteOk;
+    }
     if (edgeosc_linear_core_int8(&d->lin, q->data.int8, k->data.int8, v->data.int8, r->data.int8,
                                  g ? g->data.int8 : NULL, out->data.int8, d->state))
       FAIL("EdgeOscAttention (linear): invalid parameters");

@@ -445,12 +445,20 @@ class Lowering:
         """EdgeOscAttention form "linear": the constants the op's Prepare derives (reference.linear_quant_from_scales)."""
         if not same_heads(q, k, v, r) or r.shape[-1] != 2 or (r.s, r.z) != (np.float32(R.SCALE_UNIT), 0):
             raise UnsupportedGraph(f"{out.name}: the linear core needs r [.., H, T, 2] at (1/128, 0)")
+        if o.get("stream"):
+            raise UnsupportedGraph(f"{out.name}: a stream's step of the linear core (option stream) has its state as "
+                                   "graph inputs and outputs, which the generated firmware does not take")
         g = self.t(op.inputs[4]) if len(op.inputs) == 5 else None
         H, T, dh, dv = int(np.prod(q.shape[:-2])), q.shape[-2], q.shape[-1], v.shape[-1]
+        turn = np.frombuffer(bytes(o["turn"]), "<u2") if "turn" in o else None
+        if turn is not None and H % len(turn):
+            raise UnsupportedGraph(f"{out.name}: {len(turn)} turn rates for {H} heads")
         pq = R.linear_quant_from_scales(dict(q=q.s, k=k.s, v=v.s, out=out.s), dh, int(o["p"]),
                                         dict(q=q.z, k=k.z, v=v.z, g=0 if g is None else g.z, out=out.z),
-                                        bool(o.get("causal", False)), int(o.get("window", 0)))
+                                        bool(o.get("causal", False)), int(o.get("window", 0)),
+                                        None if turn is None else np.resize(turn, H))
         fields = pq.fields(H, T, dh, dv)
+        fields["turn"] = None if turn is None else Array(np.array(pq.turn, np.int32), f"{out.name}/turn")
         params = Struct(S.LINEAR.struct, dict(fields, rq_out=dict(multiplier=pq.rq_out.multiplier, shift=pq.rq_out.shift)))
         args = [params, *(Ref(t.index) for t in (q, k, v, r)), None if g is None else Ref(g.index), Ref(out.index),
                 "scratch32"]

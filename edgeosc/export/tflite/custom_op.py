@@ -41,13 +41,21 @@ def custom_options(**attrs) -> bytes:
     The key gate: gated_scale / gated_zero_point (its MUL's output) and pow_scale / pow_zero_point (table_c's
     output, which the MUL reads); the op then takes the unit gates g [.., H, 1, T] as its last input.
     form="linear" (the linear core, d_osc 2) takes p and optionally causal, window (a causal sliding window: query
-    i reads keys i - window < j <= i), heads, d_osc, and no points or tables.
+    i reads keys i - window < j <= i), turn (per head, the anchors' turn a frame in steps of 2^-16 turns),
+    stream (1: one step of a stream, its state in and out; with a window), heads, d_osc, and no points or tables.
     """
     from flatbuffers import flexbuffers
 
     linear = attrs.get("form", "direct") == "linear"
     if linear and not 1 <= attrs.get("p", 0) <= 4:
         raise ValueError(f"custom_options: form 'linear' needs p in 1..4, not {attrs.get('p')}")
+    if attrs.get("turn") is not None:  # one uint16 a head, a blob
+        turn = np.asarray(attrs["turn"])
+        if not linear or turn.ndim != 1 or not 1 <= len(turn) <= 64 or turn.min() < 0 or turn.max() >= 1 << 16:
+            raise ValueError(f"custom_options: turn is the linear form's rates, one a head in [0, 2^16): {turn}")
+        attrs["turn"] = turn.astype("<u2").tobytes()
+    if attrs.get("stream") and not (linear and attrs.get("window", 0) > 0):
+        raise ValueError("custom_options: stream is a step of the linear form's window (form 'linear', window > 0)")
     missing = [] if linear else [f"{p}_scale" for p in POINTS if f"{p}_scale" not in attrs]
     if missing:
         raise ValueError(f"custom_options needs {missing}")
