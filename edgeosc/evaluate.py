@@ -100,10 +100,15 @@ def evaluate_tflite(path: str | Path, data: ClipSet, feature_cfg: FeatureConfig,
     if runtime.check_tflite(path)["custom_ops"]:
         custom = [custom_op.register]
     runner = runtime.load(path, interpreter, custom_ops=custom)
+    from .stream import FRAME
+    if runner.inputs[0].name == FRAME:
+        raise CheckpointError(f"{path}: a stream export takes one frame a call; evaluate window_int8.tflite beside "
+                              "it, which gives the same logits bit for bit over a clip")
     n_classes = len(classes)
     confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
     for feats, labels in Batches(data, split, FeatureExtractor(feature_cfg), torch.device("cpu"))(256):
-        pred = torch.as_tensor(runner.run(feats.numpy()).argmax(-1))
+        logits = runner.run(feats.numpy())
+        pred = torch.as_tensor((logits[:, -1] if logits.ndim == 3 else logits).argmax(-1))  # a window file: last frame
         confusion += torch.bincount(labels * n_classes + pred, minlength=n_classes**2).view(n_classes, n_classes)
     n = int(confusion.sum())
     return dict(accuracy=confusion.trace().item() / max(n, 1), n=n, confusion=confusion.tolist(),

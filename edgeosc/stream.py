@@ -36,6 +36,7 @@ from .config import SILENCE, UNKNOWN, FeatureConfig, from_dict
 from .data.audio import read_wav, resample
 
 MANIFEST = "manifest.json"  # written beside exported models (export/__init__.py)
+FRAME, STATE_IN, STATE_OUT = "frame", "state:", "state_next:"  # a stream export's names (export/tflite/stream.py)
 
 
 class StreamError(ValueError):
@@ -97,9 +98,6 @@ def load_model(path, interpreter: str | None = None, window: int | None = None) 
             with torch.no_grad():
                 return net(torch.from_numpy(x))[0].numpy()
         return Model(path.name, ckpt.classes, ckpt.feature_cfg, run)
-    if window is not None:
-        raise StreamError(f"{path}: --window needs a streaming checkpoint (.pt trained with --window); its exports "
-                          "do not carry a stream's state yet")
     if path.suffix != ".tflite":
         raise StreamError(f"{path}: expected a checkpoint (.pt) or an exported model (.tflite)")
     manifest = path.parent / MANIFEST
@@ -117,10 +115,39 @@ def load_model(path, interpreter: str | None = None, window: int | None = None) 
         from .runtime import custom_op
         custom = [custom_op.register]
     runner = runtime.load(path, interpreter, custom_ops=custom)
+    trained = man.get("model_config", {}).get("window", 0)
+    if window is not None and window != trained:
+        raise StreamError(f"{path}: --window {window}: an exported model attends over the window it was exported "
+                          f"with ({trained or 'its whole clip'}); export again from a checkpoint for another")
+    if runner.inputs[0].name == FRAME:  # stream_int8.tflite: one frame, the state as extra inputs and outputs
+        return _tflite_stream(runner, classes, cfg, trained)
     if runner.input_shape[1:] != (cfg.n_frames, cfg.n_coeffs) or runner.output_shape[-1] != len(classes):
         raise StreamError(f"{path}: model shapes {runner.input_shape} -> {runner.output_shape} do not match "
                           f"its manifest ({cfg.n_frames} frames x {cfg.n_coeffs}, {len(classes)} classes)")
     return Model(runner.name, classes, cfg, lambda x: runner.run(x)[0])
+
+
+def _tflite_stream(runner, classes, cfg: FeatureConfig, window: int) -> Model:
+    """A stream export (export/tflite/stream.py) as a streaming Model: each step feeds one frame and the state the
+    last step left; a new stream starts with every state tensor at its zero point (real 0)."""
+    if runner.inputs[0].shape != (1, cfg.n_coeffs) or runner.output_shape != (1, len(classes)) or \
+            [t.name[len(STATE_IN):] for t in runner.inputs[1:]] != [t.name[len(STATE_OUT):] for t in runner.outputs[1:]]:
+        raise StreamError(f"{runner.path}: not a stream export of this manifest's model (one frame [1, "
+                          f"{cfg.n_coeffs}] and its state in, logits [1, {len(classes)}] and the next state out)")
+    fresh = [np.full(t.shape, t.zero_point[0] if t.zero_point else 0, t.dtype) for t in runner.inputs[1:]]
+    state = {"s": fresh}
+
+    def step(frame):
+        outs = runner.run_raw(runner.inputs[0].quantize(np.asarray(frame, np.float32)[None]), *state["s"])
+        state["s"] = outs[1:]
+        return runner.outputs[0].dequantize(outs[0])[0]
+
+    def run(x):  # a whole window: a fresh stream over its frames, the last frame's logits
+        state["s"] = fresh
+        for frame in x[0]:
+            logits = step(frame)
+        return logits
+    return Model(runner.name, classes, cfg, run, step, lambda: state.update(s=fresh), window)
 
 
 class FrontEnd:

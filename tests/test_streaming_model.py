@@ -186,7 +186,7 @@ def test_settings_that_cannot_stream_are_refused(tmp_path):
     from edgeosc.export import export
     model = net("softmax", 49)
     ckpt = Checkpoint(model, model.cfg, FeatureConfig(), DataConfig(), TrainConfig(), ("a", "b", "c"), {})
-    with pytest.raises(ValueError, match="streaming variant"):
+    with pytest.raises(ValueError, match="exports to TFLite"):  # tests/test_stream_export.py: the TFLite export
         export(ckpt, ExportConfig(), tmp_path)
     from edgeosc.pipeline import load_config, run_pipeline
     with pytest.raises(ValueError, match="window"):

@@ -17,6 +17,8 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                        (export/edgeosc_attention_tflite.md); oscillator networks only. A linear-form model
                        (its core sums over keys in int32/int64, which no builtin int8 op holds) gets only this
                        int8 file, its op with option form "linear".
+A streaming network (ModelConfig.window > 0) gets stream_int8.tflite (one frame, its state as extra inputs and
+outputs) and window_int8.tflite (a recording, every frame's logits) instead: stream.py.
 Every int8 tensor is one of the QAT model's quantization points (quant.py), so the files compute what
 QAT simulated, up to rounding: TFLite requantizes with a fixed-point multiplier (round half away from
 zero), Brevitas in float (round half to even).
@@ -366,8 +368,19 @@ def _save(data: bytes, path: Path) -> Path:
 def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     """Write the .tflite files of a float or QAT checkpoint (see FILES) into out_dir; returns out_dir."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     net, qat = _networks(ckpt.model)
+    if getattr(net, "window", 0):  # a streaming network: int8 only (stream.py)
+        from . import stream
+        if qat is None:
+            raise ValueError("a streaming network exports as int8 (stream_int8.tflite, window_int8.tflite): quantize "
+                             "it first (edgeosc train --qat --from RUN/best.pt)")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with torch.no_grad():
+            qat.eval()
+            _save(stream.stream_file(qat), out_dir / "stream_int8.tflite")
+            _save(stream.window_file(qat), out_dir / "window_int8.tflite")
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(net, KWSKuramoto):  # float only (export/tflite/kuramoto.py)
         from . import kuramoto
         with torch.no_grad():

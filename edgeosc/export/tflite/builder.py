@@ -406,6 +406,22 @@ class TFLiteBuilder:
         self.op("TRANSPOSE", [x, p], [out], schema.TransposeOptionsT())
         return out
 
+    def slice(self, x, begin, size, name="slice"):
+        """x[begin : begin + size] on every axis (SLICE); quantization as x's."""
+        begin, size = [int(b) for b in begin], [int(n) for n in size]
+        out = self._out(name, size, self.dtype(x), None, like=x)
+        self.op("SLICE", [x, self.const(f"{name}/begin", np.array(begin, np.int32)),
+                          self.const(f"{name}/size", np.array(size, np.int32))], [out], schema.SliceOptionsT())
+        return out
+
+    def pad(self, x, pads, name="pad"):
+        """PAD with (before, after) a axis: the zero point (real 0) on a quantized x."""
+        pads = np.array(pads, np.int32).reshape(-1, 2)
+        out = self._out(name, [d + int(a) + int(b) for d, (a, b) in zip(self.shape(x), pads)], self.dtype(x), None,
+                        like=x)
+        self.op("PAD", [x, self.const(f"{name}/paddings", pads)], [out], schema.PadOptionsT())
+        return out
+
     def concatenation(self, xs, axis, q=None, name="concat"):
         shapes = [self.shape(t) for t in xs]
         axis %= len(shapes[0])

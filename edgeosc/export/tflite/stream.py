@@ -1,0 +1,151 @@
+"""int8 TFLite of a streaming network (ModelConfig.window > 0), its state as extra inputs and outputs.
+
+Two files of one QAT network, equal bit for bit (tests/test_stream_export.py):
+  stream_int8.tflite   one frame: "frame" [1, coeffs] and the state -> "logits" [1, classes] and the next state.
+                       Every state tensor is an input "state:<name>" and an output "state_next:<name>" of one shape;
+                       a stream starts with each at its zero point (real 0; the int32 ones at 0) and feeds each
+                       output back as the next frame's input (kws_streaming's external state):
+                         stem            the two frames before this one (the causal stem's receptive field)
+                         block<i>/clock  the linear core's stream (EdgeOscAttention option stream: the frame
+                         block<i>/sums   number, its sums over the window's keys, the keys kept to leave them)
+                         block<i>/kept
+                         pool            the last `window` outputs of the final norm, [1, d, window]
+  window_int8.tflite   a recording: "features" [1, frames, coeffs] -> "logits" [1, frames, classes], every frame's
+                       (the stem PAD-ded on the left, the core causal over a window, the pooling a banded sum).
+The pooling is the sum of the window's frames over `window`: at a stream's first frames it counts the frames
+before the start as zeros (the float network divides by the frames seen; the same from frame `window` on).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...integer.reference import linear_state_words, turn_steps
+from ...stream import FRAME, STATE_IN, STATE_OUT
+from ...models.attention import OscillatorAttention
+from . import custom_op
+from . import Graph, _scale, CUSTOM_OP, OUTPUT
+
+
+
+class StreamGraph(Graph):
+    """The int8 graph of a QAT streaming network: one frame (frames None) or a recording of `frames` frames."""
+
+    def __init__(self, qat, frames: int | None = None):
+        net = qat.net
+        if not net.window:
+            raise ValueError("a stream export needs a streaming network (trained with --window)")
+        if not all(isinstance(b.attn, OscillatorAttention) and b.attn.form == "linear" for b in net.blocks):
+            raise ValueError("the int8 stream export takes the streaming oscillator network (the linear core); the "
+                             "streaming softmax network has none yet (an int8 SOFTMAX cannot leave a key out exactly)")
+        super().__init__(net, qat, custom_core=True)
+        self.frames, self.states = frames, []  # the states' names, in input order
+
+    def state_in(self, name: str, shape, dtype, q=None) -> int:
+        """A state input "state:<name>" of this shape, dtype and (scale, zero point); its output comes later."""
+        kw = {} if q is None else dict(scale=q[0], zero_point=q[1])
+        t = self.b.input(STATE_IN + name, shape, dtype, **kw)
+        self.states.append(name)
+        return t
+
+    # ---- the layers that stream --------------------------------------------------------------------
+    def stem(self, x: int) -> int:
+        """The causal stem (this frame and the two before it) as a VALID CONV_2D -> [1, T, d]."""
+        b, cfg = self.b, self.net.cfg
+        if self.frames is None:
+            (s,), (z,) = b.quant(x)
+            past = self.state_in("stem", [1, 2, cfg.n_coeffs], np.int8, (s, z))
+            x, t = b.concatenation([past, x], 1, name="stem/frames"), 3  # [1, 3, C]
+            b.slice(x, [0, 1, 0], [1, 2, cfg.n_coeffs], name=STATE_OUT + "stem")
+        else:
+            x, t = b.pad(x, [(0, 0), (2, 0), (0, 0)], name="stem/causal"), self.frames + 2
+        x = self.conv(b.reshape(x, [1, 1, t, cfg.n_coeffs], name="stem/nhwc"))
+        return b.reshape(x, [1, -1, self.net.cfg.d_model], name="stem/tokens")
+
+    def conv(self, x: int) -> int:
+        conv, b = self.net.stem, self.b
+        qw = conv.quant_weight()
+        w_scale = qw.scale.detach().reshape(-1).numpy().astype(np.float32)
+        ints = torch.round(qw.value / qw.scale).detach().numpy().astype(np.int8).transpose(0, 2, 1)[:, None]
+        w = b.const("stem/weight", np.ascontiguousarray(ints), np.int8, scale=w_scale, zero_point=0,
+                    quantized_dimension=0)
+        (s_in,), _ = b.quant(x)
+        bias = b.int32_bias("stem/bias", conv.bias.detach().numpy(), s_in, w_scale)
+        # straight onto the "embed" point, which QAT places right after the stem's own output quantizer
+        return b.conv_2d(x, w, bias, padding="VALID", q=self.q(self.net.quant, "embed"), name="embed")
+
+    def key_gate(self, x: int, attn: OscillatorAttention, label: str) -> int | None:
+        """A stream's gate: sigmoid(g_raw) per key, a table, [H, 1, T]."""
+        if attn.gate is None:
+            return None
+        raw = self.linear(x, attn.gate, self.q(attn.quant, "g_raw"), label=f"{label}/g_raw")
+        raw = self.b.transpose(raw, [2, 0, 1], name=f"{label}/g_keys")
+        return self.table(raw, torch.sigmoid, attn.quant, "g", f"{label}/g")
+
+    def custom_oscillator_core(self, qh, kh, vh, r, attn: OscillatorAttention, label: str, g: int | None = None):
+        b = self.b
+        shape = b.shape(qh)[:2] + [b.shape(vh)[-1]]
+        out = b.tensor(f"{label}/out", shape, np.int8, scale=self.q(attn.quant, "out")[0],
+                       zero_point=self.q(attn.quant, "out")[1])
+        turn = None if attn.omega is None else turn_steps(attn.omega.detach().numpy())
+        options = dict(form="linear", p=attn.p, causal=1, window=attn.window, eps=attn.eps, d_osc=attn.d_osc,
+                       positive=attn.positive, heads=attn.heads, **({} if turn is None else dict(turn=turn)))
+        ins, outs = [qh, kh, vh, r] + ([g] if g is not None else []), [out]
+        if self.frames is None:  # one step of the stream: its state in and out
+            H, dh, dv = attn.heads, attn.d_h, b.shape(vh)[-1]
+            for name, shp, dtype, q in (("clock", [3], np.int32, None),
+                                        ("sums", [H, linear_state_words(dh, dv, attn.p)], np.int32, None),
+                                        ("kept", [H, attn.window, dh + dv + 3], np.int8, (1.0, 0))):
+                ins.append(self.state_in(f"{label}/{name}", shp, dtype, q))
+                kw = {} if q is None else dict(scale=q[0], zero_point=q[1])
+                outs.append(b.tensor(f"{STATE_OUT}{label}/{name}", shp, dtype, **kw))
+            options["stream"] = 1
+        b.custom(CUSTOM_OP, ins, outs, custom_op.custom_options(**options))
+        return out
+
+    def pool(self, y: int) -> int:
+        """The mean of the last `window` frames: [1, T, d] -> [1, T, d] (frames) or [1, d] (one frame)."""
+        b, W, d = self.b, self.net.window, self.net.cfg.d_model
+        q = self.q(self.net.quant, "pool")
+        if self.frames is None:
+            (s,), (z,) = b.quant(y)
+            kept = self.state_in("pool", [1, d, W], np.int8, (s, z))
+            frames = b.concatenation([kept, b.reshape(y, [1, d, 1], name="pool/column")], 2, name="pool/frames")
+            nxt = b.slice(frames, [0, 0, 1], [1, d, W], name=STATE_OUT + "pool")
+            return b.reshape(self.unit_sum(nxt, q, "pool", 1 / W), [1, d], name="pool/flat")
+        T = self.frames
+        band = np.tri(T, T, 0, np.int8) - np.tri(T, T, -W, np.int8)  # row i: frames i - W < j <= i
+        w = b.const("pool/band", band * 127, np.int8, scale=1 / W / 127)
+        x = b.transpose(y, [0, 2, 1], name="pool/time_last")
+        x = b.fully_connected(x, w, keep_num_dims=True, q=q, name="pool")
+        return b.transpose(x, [0, 2, 1], name="pool/frames")
+
+    # ---- the network -----------------------------------------------------------------------------
+    def build(self) -> bytes:
+        b, net, cfg = self.b, self.net, self.net.cfg
+        s_in, _ = _scale(self.qat.input_quant)
+        if self.frames is None:
+            x = b.input(FRAME, [1, cfg.n_coeffs], np.int8, scale=s_in, zero_point=0)
+            x = b.reshape(x, [1, 1, cfg.n_coeffs], name="frame/row")
+        else:
+            x = b.input("features", [1, self.frames, cfg.n_coeffs], np.int8, scale=s_in, zero_point=0)
+        x = self.stem(x)
+        for i, block in enumerate(net.blocks):
+            x = self.block(x, block, f"block{i}")
+        x = self.pool(self.layer_norm(x, net.norm, "norm"))
+        logits = self.linear(x, net.head, _scale(self.qat.output_quant), label=OUTPUT)
+        b.tensors[logits].name = OUTPUT
+        b.mark_output(logits)
+        by_name = {t.name: i for i, t in enumerate(b.tensors)}
+        b.mark_output(*(by_name[STATE_OUT + n] for n in self.states))
+        return b.to_bytes()
+
+
+def stream_file(qat) -> bytes:
+    """stream_int8.tflite of a QAT streaming network."""
+    return StreamGraph(qat).build()
+
+
+def window_file(qat, frames: int | None = None) -> bytes:
+    """window_int8.tflite: the network over a recording of `frames` frames (default the clip length)."""
+    return StreamGraph(qat, frames or qat.net.cfg.n_frames).build()
