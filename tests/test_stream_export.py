@@ -128,3 +128,32 @@ def test_the_streaming_softmax_network_is_refused_by_name():
     softmax = quantize_model(build_model(ModelConfig(window=6, n_classes=3, attention="softmax")).eval(), QuantConfig())
     with pytest.raises(ValueError, match="the streaming softmax network has none yet"):
         stream.StreamGraph(softmax)
+
+
+def test_firmware_streams_frame_by_frame_as_it_runs_the_window(qat, tmp_path):
+    """The C firmware of stream_int8.tflite (its state kept in the arena between th_infer calls, reset by th_init)
+    gives the firmware of window_int8.tflite's logits for every frame, bit for bit; a second stream in the same
+    process continues from the first's state (it is not reset between frames); both stay within a few steps of
+    tflite-runtime (whose FULLY_CONNECTED rounds ties up, TFLite Micro's away from zero)."""
+    from edgeosc.bench.estimate import host_logits
+    from edgeosc.export.c import generate
+
+    T = 25
+    one, win = files(qat, T)
+    (tmp_path / "one.tflite").write_bytes(one)
+    (tmp_path / "win.tflite").write_bytes(win)
+    generate(tmp_path / "one.tflite", tmp_path / "one", "one", features=None)
+    generate(tmp_path / "win.tflite", tmp_path / "win", "win", features=None)
+    text = (tmp_path / "one" / "one_model.c").read_text()
+    assert "edgeosc_linear_stream_int8" in text and "one_reset" in text
+    x = np.random.default_rng(1).integers(-60, 60, (T, 40)).astype(np.int8)
+    frames = host_logits(tmp_path / "one", "one", x, work=tmp_path / "build")
+    window = host_logits(tmp_path / "win", "win", x.reshape(1, -1), work=tmp_path / "build").reshape(T, -1)
+    np.testing.assert_array_equal(frames, window)
+    again = host_logits(tmp_path / "one", "one", np.concatenate([x, x]), work=tmp_path / "build")
+    np.testing.assert_array_equal(again[:T], frames)
+    assert not np.array_equal(again[T:], frames)  # the state carried on
+    it = interpreter(win)
+    it.set_tensor(it.get_input_details()[0]["index"], x[None])
+    it.invoke()
+    assert np.abs(window.astype(int) - it.get_tensor(it.get_output_details()[0]["index"])[0]).max() <= 8

@@ -296,7 +296,9 @@ def export_cmd(source, settings, target, out, name, no_fuse):
 
     TFLite: float.tflite, int8.tflite (QAT/PTQ checkpoints; full-integer, builtin ops, the QAT scales) and,
     for oscillator networks, int8_custom.tflite with the core as one EdgeOscAttention custom op
-    (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter.
+    (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter. A
+    streaming network (trained with --window, then --qat): stream_int8.tflite, one frame a call with its state as
+    extra inputs and outputs (`edgeosc listen` runs it), and window_int8.tflite over a recording.
 
     C: firmware_models/<name>/ (int8 TFLite graph -> C99 kernels calls, weights, generated settings,
     static arena; bit-exact with TFLite Micro), from int8.tflite, int8_custom.tflite or a QAT checkpoint.

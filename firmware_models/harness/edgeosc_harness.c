@@ -5,7 +5,12 @@ static const EdgeoscModel *model_;
 
 int th_init(const EdgeoscModel *model) {
   model_ = model;
+  th_reset();
   return model ? 0 : -1;
+}
+
+void th_reset(void) {
+  if (model_ && model_->reset) model_->reset();
 }
 
 int th_load_tensor(const int8_t *data, size_t bytes) {

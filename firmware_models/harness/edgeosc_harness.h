@@ -15,8 +15,11 @@
 extern "C" {
 #endif
 
-/** Selects the model to run; 0, or -1 for NULL. */
+/** Selects the model to run (a streaming model's state reset: a new stream); 0, or -1 for NULL. */
 int th_init(const EdgeoscModel *model);
+
+/** A streaming model (one frame a th_infer, its state kept in the arena): starts a new stream. */
+void th_reset(void);
 
 /** Copies one int8 input (exactly the model's input_bytes) into the model; 0, or -1 on a size mismatch. */
 int th_load_tensor(const int8_t *data, size_t bytes);

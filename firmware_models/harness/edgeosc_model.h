@@ -9,7 +9,7 @@ extern "C" {
 #endif
 
 /* The input and output blocks live in the model's static arena: the harness writes the input there,
- * run() reads it and writes the output there. Multiple graph inputs (outputs) are concatenated. The
+ * run() reads it and writes the output there. A streaming model's state lives there too, between runs. Multiple graph inputs (outputs) are concatenated. The
  * scales describe the first input and output (int8 = round(x / scale) + zero_point). */
 typedef struct {
   const char *name;
@@ -23,6 +23,8 @@ typedef struct {
   float output_scale;
   int32_t output_zero_point;
   int (*run)(void);
+  void (*reset)(void); /* a streaming model: its state (kept in the arena between runs) back to a new stream's;
+                          NULL for a model without state */
 } EdgeoscModel;
 
 #ifdef __cplusplus

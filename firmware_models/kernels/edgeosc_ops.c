@@ -832,3 +832,9 @@ void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out) {
   int32_t i;
   for (i = 0; i < n; ++i) out[i] = in[i];
 }
+
+void edgeosc_copy_rows_int8(int32_t rows, int32_t n, int32_t in_stride, int32_t out_stride, const int8_t *in,
+                            int8_t *out) {
+  int32_t r;
+  for (r = 0; r < rows; ++r, in += in_stride, out += out_stride) edgeosc_copy_int8(n, in, out);
+}

@@ -55,19 +55,21 @@ def plan_arena(g: Graph, calls: list[Call], alias: dict) -> tuple[dict, int]:
             if root(t) in block:
                 raise ValueError(f"{g.tensors[t].name} is both a graph input and an output (or twice an output)")
             block[root(t)] = (key, pos)
-            pos += g.tensors[t].size
-    sizes = {"inputs": sum(g.tensors[t].size for t in g.inputs),
-             "outputs": sum(g.tensors[t].size for t in g.outputs)}
+            pos += g.tensors[t].nbytes
+    sizes = {"inputs": sum(g.tensors[t].nbytes for t in g.inputs),
+             "outputs": sum(g.tensors[t].nbytes for t in g.outputs)}
     live: dict = {}  # buffer key -> (first step, last step)
 
     def use(key, step: int) -> None:
         key = block[key][0] if key in block else key
-        sizes.setdefault(key, g.tensors[key].size if isinstance(key, int) else 0)
+        sizes.setdefault(key, g.tensors[key].nbytes if isinstance(key, int) else 0)
         first, last = live.get(key, (step, step))
         live[key] = (min(first, step), max(last, step))
 
     for t in g.inputs:
         use(root(t), -1)
+    for t, _ in g.states:  # kept between runs: live from before the first call to after the last
+        use(t, -1), use(t, len(calls))
     for i, call in enumerate(calls):
         for a in call.args:
             if isinstance(a, Ref) and g.tensors[root(a.tensor)].data is None:
@@ -162,11 +164,12 @@ class Emitter:
         self.symbols.add(s)
         return s
 
-    def tensor(self, t: int) -> str:
-        """Pointer expression of a tensor's data."""
+    def tensor(self, t: int, offset: int = 0) -> str:
+        """Pointer expression of a tensor's data (offset bytes into it: an activation's)."""
         tensor = self.g.tensors[self.alias.get(t, t)]
         if tensor.data is None:
-            return f"a + {self.offsets[tensor.index]}"
+            at = f"a + {self.offsets[tensor.index] + offset}"
+            return f"({CTYPES[tensor.dtype]} *)(void *)({at})" if tensor.dtype != np.int8 else at
         if tensor.index not in self.weights:
             self.weights[tensor.index] = self.symbol(tensor.name)
             self.const_bytes += tensor.data.nbytes
@@ -201,7 +204,7 @@ class Emitter:
                 self.structs.append(f"static const {a.ctype} {sym} = {self.value(a)};\n")
                 args.append(f"&{sym}")
             elif isinstance(a, Ref):
-                args.append(self.tensor(a.tensor))
+                args.append(self.tensor(a.tensor, a.offset))
             elif a == "scratch":
                 args.append(f"a + {self.offsets[('scratch', i)]}")
             elif a == "scratch32":  # int32 scratch (offsets are ALIGN-aligned)
@@ -229,7 +232,8 @@ class Emitter:
         n, N, g = self.name, self.name.upper(), self.g
         io = "".join(f"/* {kind} {g.tensors[t].name}: {list(g.tensors[t].shape)} at arena + {self.place(t)}, "
                      f"scale {g.tensors[t].s!r}, zero point {g.tensors[t].z} */\n"
-                     for kind, ts in (("input", g.inputs), ("output", g.outputs)) for t in ts)
+                     for kind, ts in (("input", g.inputs), ("output", g.outputs), ("state", [a for a, _ in g.states]))
+                     for t in ts)
         size = lambda ts: sum(g.tensors[t].size for t in ts)  # noqa: E731
         front = (f'\n#include "edgeosc_frontend.h"\n\n/* The features this model reads ({n}_frontend.c). */\n'
                  f"extern const EdgeoscFrontend {n}_frontend;\n") if frontend else ""
@@ -237,7 +241,9 @@ class Emitter:
                 f"#define {N}_INPUT_BYTES {size(g.inputs)}\n#define {N}_OUTPUT_BYTES {size(g.outputs)}\n"
                 f"#define {N}_ARENA_BYTES {self.arena} /* activations, input, output and scratch */\n\n"
                 f"/** Runs the model on its input block (in the arena); 0, or -1 if a kernel rejects its "
-                f"parameters. */\nint {n}_run(void);\n\nextern const EdgeoscModel {n}_model;\n{front}"
+                f"parameters. */\nint {n}_run(void);\n\n" + (
+                    f"/** A new stream: each state buffer at its zero point (th_init calls it). */\n"
+                    f"void {n}_reset(void);\n\n" if g.states else "") + f"extern const EdgeoscModel {n}_model;\n{front}"
                 f"\n#endif /* {N}_MODEL_H_ */\n")
 
     def weights_h(self) -> str:
@@ -259,9 +265,22 @@ class Emitter:
                 f'#include "edgeosc_ops.h"\n#include "{n}_weights.h"\n#include "{n}_settings.h"\n\n'
                 f"static union {{\n  int32_t align;\n  int8_t bytes[{N}_ARENA_BYTES];\n}} arena;\n\n"
                 f"int {n}_run(void) {{\n  int8_t *const a = arena.bytes;\n{body}  return 0;\n}}\n\n"
+                + self.reset_c() +
                 f'const EdgeoscModel {n}_model = {{"{n}", arena.bytes + {self.place(x.index)}, {N}_INPUT_BYTES,\n'
                 f"  arena.bytes + {self.place(y.index)}, {N}_OUTPUT_BYTES, {N}_ARENA_BYTES, {c_float(x.s)}, {x.z},\n"
-                f"  {c_float(y.s)}, {y.z}, {n}_run}};\n")
+                f"  {c_float(y.s)}, {y.z}, {n}_run, {f'{n}_reset' if g.states else 'NULL'}}};\n")
+
+    def reset_c(self) -> str:
+        """A streaming model's <name>_reset: every state buffer at its zero point (int32 ones at 0)."""
+        if not self.g.states:
+            return ""
+        lines = []
+        for t, _ in self.g.states:
+            x = self.g.tensors[t]
+            ctype = CTYPES[x.dtype]
+            lines.append(f"  for (i = 0; i < {x.size}; ++i) (({ctype} *)(void *)(arena.bytes + {self.place(t)}))[i] = "
+                         f"{x.z if x.dtype == np.int8 else 0}; /* {x.name} */\n")
+        return f"void {self.name}_reset(void) {{\n  int32_t i;\n{''.join(lines)}}}\n\n"
 
 
 # ---- entry points -------------------------------------------------------------------------------------

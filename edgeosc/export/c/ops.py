@@ -57,6 +57,10 @@ class Tensor:
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
 
 @dataclass
 class Op:
@@ -74,6 +78,7 @@ class Graph:
     ops: list
     inputs: list
     outputs: list
+    states: list = field(default_factory=list)  # (input, output) pairs a streaming model carries between runs
 
     def consumers(self, t: int) -> list:
         return [op for op in self.ops if t in op.inputs]
@@ -107,7 +112,25 @@ def read_graph(data: bytes) -> Graph:
             kind = oc.customCode.decode()
         custom = bytes(op.customOptions) if op.customOptions is not None else b""
         ops.append(Op(i, kind, [int(x) for x in op.inputs], [int(x) for x in op.outputs], op.builtinOptions, custom))
-    return Graph(tensors, ops, [int(x) for x in sg.inputs], [int(x) for x in sg.outputs])
+    return with_states(Graph(tensors, ops, [int(x) for x in sg.inputs], [int(x) for x in sg.outputs]))
+
+
+def with_states(g: Graph) -> Graph:
+    """A stream export's state (inputs "state:<name>", outputs "state_next:<name>", export/tflite/stream.py) set
+    apart from its inputs and outputs: the firmware keeps each pair in one arena buffer between runs."""
+    from ...stream import STATE_IN, STATE_OUT
+    ins = {g.tensors[t].name[len(STATE_IN):]: t for t in g.inputs if g.tensors[t].name.startswith(STATE_IN)}
+    outs = {g.tensors[t].name[len(STATE_OUT):]: t for t in g.outputs if g.tensors[t].name.startswith(STATE_OUT)}
+    if set(ins) != set(outs):
+        raise UnsupportedGraph(f"state inputs {sorted(ins)} and outputs {sorted(outs)} do not pair up")
+    for n in ins:
+        a, b = g.tensors[ins[n]], g.tensors[outs[n]]
+        if (a.shape, a.dtype, a.s, a.z) != (b.shape, b.dtype, b.s, b.z):
+            raise UnsupportedGraph(f"state {n}: input {a.shape} {a.dtype} and output {b.shape} {b.dtype} differ")
+    g.states = [(ins[n], outs[n]) for n in ins]
+    g.inputs = [t for t in g.inputs if t not in ins.values()]
+    g.outputs = [t for t in g.outputs if t not in outs.values()]
+    return g
 
 
 # ---- what the emitter consumes ------------------------------------------------------------------------
@@ -128,8 +151,9 @@ class Struct:
 
 @dataclass
 class Ref:
-    """A tensor's data: a constant array, or its place in the arena."""
+    """A tensor's data: a constant array, or its place in the arena; offset: bytes into it."""
     tensor: int
+    offset: int = 0
 
 
 @dataclass
@@ -238,8 +262,10 @@ class Lowering:
     def __init__(self, g: Graph, fuse: bool = True):
         self.g, self.fuse = g, fuse
         self.calls: list[Call] = []
-        self.alias: dict[int, int] = {}  # RESHAPE outputs share their input's storage
+        self.alias: dict[int, int] = {t_out: t_in for t_in, t_out in g.states}  # a state is updated in place;
+        # RESHAPE outputs share their input's storage
         self.done: set[int] = set()
+        self.folded_pad: dict[int, tuple] = {}  # PAD output -> (its input, rows on top, columns on the left)
 
     def t(self, i: int) -> Tensor:
         return self.g.tensors[i]
@@ -253,8 +279,7 @@ class Lowering:
                 continue
             call = ((self.fuse and (self.oscillator_core(op) or self.softmax_core(op))) or self.lut(op)
                     or self.pool(op) or self.single(op))
-            if call is not None:
-                self.calls.append(call)
+            self.calls.extend([] if call is None else call if isinstance(call, list) else [call])
         return self.calls
 
     def emit(self, fn, args, ops, label, scratch=0) -> Call:
@@ -445,10 +470,9 @@ class Lowering:
         """EdgeOscAttention form "linear": the constants the op's Prepare derives (reference.linear_quant_from_scales)."""
         if not same_heads(q, k, v, r) or r.shape[-1] != 2 or (r.s, r.z) != (np.float32(R.SCALE_UNIT), 0):
             raise UnsupportedGraph(f"{out.name}: the linear core needs r [.., H, T, 2] at (1/128, 0)")
-        if o.get("stream"):
-            raise UnsupportedGraph(f"{out.name}: a stream's step of the linear core (option stream) has its state as "
-                                   "graph inputs and outputs, which the generated firmware does not take")
-        g = self.t(op.inputs[4]) if len(op.inputs) == 5 else None
+        stream = bool(o.get("stream"))
+        n_in = len(op.inputs) - 3 * stream
+        g = self.t(op.inputs[4]) if n_in == 5 else None
         H, T, dh, dv = int(np.prod(q.shape[:-2])), q.shape[-2], q.shape[-1], v.shape[-1]
         turn = np.frombuffer(bytes(o["turn"]), "<u2") if "turn" in o else None
         if turn is not None and H % len(turn):
@@ -460,9 +484,15 @@ class Lowering:
         fields = pq.fields(H, T, dh, dv)
         fields["turn"] = None if turn is None else Array(np.array(pq.turn, np.int32), f"{out.name}/turn")
         params = Struct(S.LINEAR.struct, dict(fields, rq_out=dict(multiplier=pq.rq_out.multiplier, shift=pq.rq_out.shift)))
-        args = [params, *(Ref(t.index) for t in (q, k, v, r)), None if g is None else Ref(g.index), Ref(out.index),
-                "scratch32"]
-        return self.emit("edgeosc_linear_core_int8", args, [op], out.name, scratch=4 * R.linear_state_words(dh, dv, pq.p))
+        args = [params, *(Ref(t.index) for t in (q, k, v, r)), None if g is None else Ref(g.index), Ref(out.index)]
+        if stream:  # the state in place: each output is its input's buffer (a graph state pair)
+            state = op.inputs[-3:]
+            if [self.alias.get(t) for t in op.outputs[1:]] != state:
+                raise UnsupportedGraph(f"{out.name}: a stream step's state outputs must be the graph's state outputs "
+                                       "of its state inputs (state:<name> -> state_next:<name>)")
+            return self.emit("edgeosc_linear_stream_int8", args + [Ref(t) for t in state], [op], out.name)
+        return self.emit("edgeosc_linear_core_int8", args + ["scratch32"], [op], out.name,
+                         scratch=4 * R.linear_state_words(dh, dv, pq.p))
 
     def softmax_core(self, op: Op):
         """qk = BMM(q, k^T), a = SOFTMAX(qk), out = BMM(a, v)."""
@@ -538,8 +568,13 @@ class Lowering:
         if w.data is None or np.any(w.zp) or len(w.shape) != 4:
             raise UnsupportedGraph(f"{out.name}: {op.kind} needs constant symmetric 4-D weights")
         lo, hi = act_range(out, op.options.fusedActivationFunction)
+        geo = self.window(op, x, out, k_h, k_w)
+        if x.index in self.folded_pad:  # read the PAD's input, its zero rows as the convolution's padding
+            src, top, left = self.folded_pad[x.index]
+            x = self.t(src)
+            geo.update(in_h=x.shape[1], in_w=x.shape[2], pad_top=top, pad_left=left)
         p = Struct("EdgeoscConvParams", dict(
-            **self.window(op, x, out, k_h, k_w), in_c=x.shape[3], out_c=out.shape[3], zp_in=x.z, zp_out=out.z,
+            **geo, in_c=x.shape[3], out_c=out.shape[3], zp_in=x.z, zp_out=out.z,
             act_min=lo, act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
             rq=channel_rq(x, w, out, out.name, conv=True, dsp=dsp)))
         return x, out, p
@@ -643,6 +678,49 @@ class Lowering:
         table = Array(R.softmax_exp_table(*self.softmax_params(x, out, op)), f"{out.name}_exp")
         d = x.shape[-1]
         return self.emit("edgeosc_softmax_int8", [x.size // d, d, table, Ref(x.index), Ref(out.index)], [op], out.name)
+
+    def op_concatenation(self, op: Op):
+        """A copy of each input into its part of the output (the same quantization throughout)."""
+        out, ins = self.t(op.outputs[0]), [self.t(i) for i in op.inputs]
+        axis = op.options.axis % len(out.shape)
+        if any((x.s, x.z, x.dtype) != (out.s, out.z, out.dtype) for x in ins) or op.options.fusedActivationFunction:
+            raise UnsupportedGraph(f"{out.name}: CONCATENATION needs every input quantized as its output, no activation")
+        rows, inner = int(np.prod(out.shape[:axis])), int(np.prod(out.shape[axis + 1:]))
+        calls, at = [], 0
+        for x in ins:
+            n = x.shape[axis] * inner
+            calls.append(self.emit("edgeosc_copy_rows_int8", [rows, n, n, out.shape[axis] * inner, Ref(x.index),
+                                                              Ref(out.index, at)], [op], out.name))
+            at += n
+        return calls
+
+    def op_slice(self, op: Op):
+        """x[begin : begin + size] as the TRANSPOSE kernel's strided copy from the box's first element."""
+        x, begin, size, out = (self.t(i) for i in (*op.inputs, op.outputs[0]))
+        if begin.data is None or size.data is None or len(x.shape) > 4:
+            raise UnsupportedGraph(f"{out.name}: SLICE needs a constant begin and size, <= 4 dims")
+        if (x.s, x.z) != (out.s, out.z):
+            raise UnsupportedGraph(f"{out.name}: SLICE changes the quantization")
+        dense = np.cumprod((1,) + x.shape[:0:-1])[::-1]
+        pad = 4 - len(x.shape)
+        p = Struct("EdgeoscTransposeParams", dict(out_dims=[1] * pad + list(out.shape),
+                                                  in_strides=[0] * pad + [int(d) for d in dense]))
+        start = int(np.dot(begin.data.astype(np.int64), dense))
+        return self.emit("edgeosc_transpose_int8", [p, Ref(x.index, start), Ref(out.index)], [op], out.name)
+
+    def op_pad(self, op: Op):
+        """PAD of an NHWC image's height or width with its zero point, read by one VALID CONV_2D: folded into the
+        convolution's padding (op_conv_2d); no call of its own."""
+        x, pads, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
+        conv = self.g.sole_consumer(op.outputs[0], "CONV_2D")
+        p = None if pads.data is None else pads.data.reshape(-1, 2)
+        if conv is None or conv.inputs[0] != op.outputs[0] or conv.options.padding != schema.Padding.VALID or \
+                p is None or len(x.shape) != 4 or p[0].any() or p[3].any() or (x.s, x.z) != (out.s, out.z):
+            raise UnsupportedGraph(f"{out.name}: PAD is lowered only into a VALID CONV_2D that alone reads it, on "
+                                   "the image's height and width")
+        self.folded_pad[op.outputs[0]] = (op.inputs[0], int(p[1][0]), int(p[2][0]))
+        self.done.add(op.index)
+        return None
 
     def op_transpose(self, op: Op):
         x, perm, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])

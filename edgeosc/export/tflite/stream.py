@@ -55,11 +55,13 @@ class StreamGraph(Graph):
         if self.frames is None:
             (s,), (z,) = b.quant(x)
             past = self.state_in("stem", [1, 2, cfg.n_coeffs], np.int8, (s, z))
-            x, t = b.concatenation([past, x], 1, name="stem/frames"), 3  # [1, 3, C]
+            x = b.concatenation([past, x], 1, name="stem/frames")  # [1, 3, C]
             b.slice(x, [0, 1, 0], [1, 2, cfg.n_coeffs], name=STATE_OUT + "stem")
-        else:
-            x, t = b.pad(x, [(0, 0), (2, 0), (0, 0)], name="stem/causal"), self.frames + 2
-        x = self.conv(b.reshape(x, [1, 1, t, cfg.n_coeffs], name="stem/nhwc"))
+            x = b.reshape(x, [1, 1, 3, cfg.n_coeffs], name="stem/nhwc")
+        else:  # two frames of zeros (the zero point) before the first; the firmware folds them into the conv
+            x = b.reshape(x, [1, 1, self.frames, cfg.n_coeffs], name="stem/nhwc")
+            x = b.pad(x, [(0, 0), (0, 0), (2, 0), (0, 0)], name="stem/causal")
+        x = self.conv(x)
         return b.reshape(x, [1, -1, self.net.cfg.d_model], name="stem/tokens")
 
     def conv(self, x: int) -> int:
