@@ -127,9 +127,7 @@ class Graph:
                                              fold=fold if n == "q" else 1.0), attn.heads, f"{label}/{n}")
                       for i, n in enumerate("qkv"))
         if isinstance(attn, SoftmaxAttention):
-            qk = b.batch_matmul(qh, kh, adj_y=True, q=q("qk"), name=f"{label}/qk")
-            a = b.softmax(qk, beta=1 / math.sqrt(attn.d_h), name=f"{label}/a")
-            out = b.batch_matmul(a, vh, q=q("out"), name=f"{label}/out")
+            out = self.softmax_core(qh, kh, vh, attn, label)
         else:
             if attn.anchor is None:
                 raise ValueError("TFLite export needs projected anchors (anchors='projected')")
@@ -144,6 +142,13 @@ class Graph:
         t = b.shape(out)[1]
         merged = b.reshape(b.transpose(out, [1, 0, 2], name=f"{label}/merge"), [1, t, d], name=f"{label}/merged")
         return self.linear(merged, attn.out, q("proj"), label=f"{label}/proj")
+
+    def softmax_core(self, qh: int, kh: int, vh: int, attn: SoftmaxAttention, label: str) -> int:
+        """a = SOFTMAX(q k^T / sqrt(d_h)), out = a v."""
+        b, q = self.b, (lambda n: self.q(attn.quant, n)) if self.int8 else (lambda n: None)
+        qk = b.batch_matmul(qh, kh, adj_y=True, q=q("qk"), name=f"{label}/qk")
+        a = b.softmax(qk, beta=1 / math.sqrt(attn.d_h), name=f"{label}/a")
+        return b.batch_matmul(a, vh, q=q("out"), name=f"{label}/out")
 
     def key_gate(self, x: int, attn: OscillatorAttention, label: str) -> int | None:
         """The unit vector over keys of g = positive(K x), [H, 1, T] (attention.gates_of), or None."""

@@ -6,9 +6,11 @@ Two files of one QAT network, equal bit for bit (tests/test_stream_export.py):
                        a stream starts with each at its zero point (real 0; the int32 ones at 0) and feeds each
                        output back as the next frame's input (kws_streaming's external state):
                          stem            the two frames before this one (the causal stem's receptive field)
-                         block<i>/clock  the linear core's stream (EdgeOscAttention option stream: the frame
-                         block<i>/sums   number, its sums over the window's keys, the keys kept to leave them)
-                         block<i>/kept
+                         block<i>/attn/clock  the oscillator's linear core (EdgeOscAttention option stream: the
+                         block<i>/attn/sums   frame number, its sums over the window's keys, the keys kept to
+                         block<i>/attn/kept   leave them)
+                         block<i>/attn/keys   softmax's key/value cache, [H, window, d] (before the first frame:
+                         block<i>/attn/values zeros, which its queries read as keys too)
                          pool            the last `window` outputs of the final norm, [1, d, window]
   window_int8.tflite   a recording: "features" [1, frames, coeffs] -> "logits" [1, frames, classes], every frame's
                        (the stem PAD-ded on the left, the core causal over a window, the pooling a banded sum).
@@ -22,7 +24,7 @@ import torch
 
 from ...integer.reference import linear_state_words, turn_steps
 from ...stream import FRAME, STATE_IN, STATE_OUT
-from ...models.attention import OscillatorAttention
+from ...models.attention import OscillatorAttention, SoftmaxAttention
 from . import custom_op
 from . import Graph, _scale, CUSTOM_OP, OUTPUT
 
@@ -35,9 +37,10 @@ class StreamGraph(Graph):
         net = qat.net
         if not net.window:
             raise ValueError("a stream export needs a streaming network (trained with --window)")
-        if not all(isinstance(b.attn, OscillatorAttention) and b.attn.form == "linear" for b in net.blocks):
-            raise ValueError("the int8 stream export takes the streaming oscillator network (the linear core); the "
-                             "streaming softmax network has none yet (an int8 SOFTMAX cannot leave a key out exactly)")
+        for block in net.blocks:
+            if isinstance(block.attn, SoftmaxAttention) and block.attn.slopes is not None:
+                raise ValueError("the int8 stream export has no distance bias (ModelConfig.distance_bias) yet: its "
+                                 "scores would need a quantization point after the bias")
         super().__init__(net, qat, custom_core=True)
         self.frames, self.states = frames, []  # the states' names, in input order
 
@@ -104,6 +107,33 @@ class StreamGraph(Graph):
             options["stream"] = 1
         b.custom(CUSTOM_OP, ins, outs, custom_op.custom_options(**options))
         return out
+
+    def softmax_core(self, qh: int, kh: int, vh: int, attn: SoftmaxAttention, label: str) -> int:
+        """Each query against the last `window` keys and values, a key/value cache; before the stream's first frame
+        the cache holds zeros (their zero points), which the query reads as keys too, as the pooling counts them.
+        One frame: the cache is state, shifted by CONCATENATION and SLICE. A recording: each query's window
+        gathered from the keys after window - 1 zeros (GATHER), [H T, window, d], one matmul row each."""
+        b, W = self.b, attn.window
+        H, T, dh = b.shape(qh)
+
+        def window_of(x: int, name: str) -> int:
+            (s,), (z,) = b.quant(x)
+            d = b.shape(x)[-1]
+            if self.frames is None:
+                past = self.state_in(f"{label}/{name}", [H, W, d], np.int8, (s, z))
+                both = b.concatenation([past, x], 1, name=f"{label}/{name}_and_new")
+                return b.slice(both, [0, 1, 0], [H, W, d], name=f"{STATE_OUT}{label}/{name}")
+            zeros = b.const(f"{label}/{name}_before", np.full((H, W - 1, d), z, np.int8), np.int8, scale=s,
+                            zero_point=z)
+            padded = b.concatenation([zeros, x], 1, name=f"{label}/{name}_padded")  # [H, T + W - 1, d]
+            index = b.const(f"{label}/{name}_index", (np.arange(T)[:, None] + np.arange(W)).astype(np.int32))
+            windows = b.gather(padded, index, axis=1, name=f"{label}/{name}_windows")  # [H, T, W, d]
+            return b.reshape(windows, [H * T, W, d], name=f"{label}/{name}_rows")
+
+        keys, values = window_of(kh, "keys"), window_of(vh, "values")
+        queries = qh if self.frames is None else b.reshape(qh, [H * T, 1, dh], name=f"{label}/q_rows")
+        out = super().softmax_core(queries, keys, values, attn, label)  # [H (T), 1, dv]
+        return out if self.frames is None else b.reshape(out, [H, T, -1], name=f"{label}/out_heads")
 
     def pool(self, y: int) -> int:
         """The mean of the last `window` frames: [1, T, d] -> [1, T, d] (frames) or [1, d] (one frame)."""
