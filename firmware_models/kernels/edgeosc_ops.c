@@ -833,6 +833,13 @@ void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out) {
   for (i = 0; i < n; ++i) out[i] = in[i];
 }
 
+void edgeosc_gather_int8(int32_t outer, int32_t axis_size, int32_t inner, int32_t n_index, const int32_t *index,
+                         const int8_t *in, int8_t *out) {
+  int32_t o, i;
+  for (o = 0; o < outer; ++o, in += axis_size * inner)
+    for (i = 0; i < n_index; ++i, out += inner) edgeosc_copy_int8(inner, in + index[i] * inner, out);
+}
+
 void edgeosc_copy_rows_int8(int32_t rows, int32_t n, int32_t in_stride, int32_t out_stride, const int8_t *in,
                             int8_t *out) {
   int32_t r;

@@ -144,6 +144,11 @@ void edgeosc_transpose_int8(const EdgeoscTransposeParams *p, const int8_t *in, i
 /** Copies n bytes (no libc in the firmware path). */
 void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out);
 
+/** GATHER along one axis with constant indices: out[o, i, :] = in[o, index[i], :] for o < outer, i < n_index,
+ * rows of `inner` bytes out of axis_size in the input. */
+void edgeosc_gather_int8(int32_t outer, int32_t axis_size, int32_t inner, int32_t n_index, const int32_t *index,
+                         const int8_t *in, int8_t *out);
+
 /** Copies `rows` runs of n bytes, in_stride apart in the input and out_stride apart in the output: one input's
  * part of a CONCATENATION (the inner dims from the axis on), or a SLICE along one axis. */
 void edgeosc_copy_rows_int8(int32_t rows, int32_t n, int32_t in_stride, int32_t out_stride, const int8_t *in,

@@ -694,6 +694,18 @@ class Lowering:
             at += n
         return calls
 
+    def op_gather(self, op: Op):
+        """GATHER with constant indices in range (the lookup tables are their own pattern, lut): row copies."""
+        x, index, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
+        axis = getattr(op.options, "axis", 0) % len(x.shape)
+        if index.data is None or (x.s, x.z) != (out.s, out.z) or np.any(index.data < 0) or \
+                np.any(index.data >= x.shape[axis]) or getattr(op.options, "batchDims", 0):
+            raise UnsupportedGraph(f"{out.name}: GATHER needs constant indices within the axis, no batch dims")
+        outer, inner = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1:]))
+        return self.emit("edgeosc_gather_int8", [outer, x.shape[axis], inner, index.size,
+                                                 Array(index.data.astype(np.int32).ravel(), f"{out.name}_index"),
+                                                 Ref(x.index), Ref(out.index)], [op], out.name)
+
     def op_slice(self, op: Op):
         """x[begin : begin + size] as the TRANSPOSE kernel's strided copy from the box's first element."""
         x, begin, size, out = (self.t(i) for i in (*op.inputs, op.outputs[0]))
