@@ -150,7 +150,9 @@ def test_firmware_streams_frame_by_frame_as_it_runs_the_window(qat, tmp_path):
     generate(tmp_path / "one.tflite", tmp_path / "one", "one", features=None)
     generate(tmp_path / "win.tflite", tmp_path / "win", "win", features=None)
     text = (tmp_path / "one" / "one_model.c").read_text()
-    assert "one_reset" in text and ("edgeosc_linear_stream_int8" in text) == (qat.cfg.attention == "oscillator")
+    core = "edgeosc_linear_stream_int8" if qat.cfg.attention == "oscillator" else "edgeosc_softmax_core_int8"
+    assert "one_reset" in text and core in text  # softmax's one query against its cache: the fused core too
+    assert core in (tmp_path / "win" / "win_model.c").read_text() or core == "edgeosc_linear_stream_int8"
     x = np.random.default_rng(1).integers(-60, 60, (T, 40)).astype(np.int8)
     frames = host_logits(tmp_path / "one", "one", x, work=tmp_path / "build")
     window = host_logits(tmp_path / "win", "win", x.reshape(1, -1), work=tmp_path / "build").reshape(T, -1)

@@ -446,10 +446,10 @@ class SoftmaxQuant:
     zp: dict = field(default_factory=lambda: dict(SOFTMAX_ZP_DEFAULT))
     rounding: str = "away"  # of the two matmuls
 
-    def fields(self, heads: int, tokens: int, d_head: int, d_value: int, exp_lut=None) -> dict:
+    def fields(self, heads: int, tokens: int, d_head: int, d_value: int, exp_lut=None, queries: int = 0) -> dict:
         """EdgeoscSoftmaxParams by field name (schema.SOFTMAX); exp_lut None: the fixed-point exp per element."""
         return S.SOFTMAX.ordered(dict(
-            heads=heads, tokens=tokens, d_head=d_head, d_value=d_value,
+            heads=heads, tokens=tokens, d_head=d_head, d_value=d_value, queries=queries,
             **{f"zp_{n}": self.zp[n] for n in S.SOFTMAX.zero_points}, rq_qk=self.rq_qk, rq_out=self.rq_out,
             beta_multiplier=self.beta_multiplier, beta_left_shift=self.beta_left_shift, diff_min=self.diff_min,
             round_matmul=S.c_rounding(self.rounding), exp_lut=exp_lut))

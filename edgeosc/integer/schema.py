@@ -137,6 +137,7 @@ SOFTMAX = Core("EdgeoscSoftmaxParams", (
     _f("diff_min", "int32", "", "softmax"),
     _f("round_matmul", "int32", "EdgeoscRounding of both matmuls", "rounding"),
     _f("exp_lut", "int32*", "NULL: fixed-point exps; else edgeosc_softmax_row_lut_int8's table", "lut"),
+    _f("queries", "int32", "query rows a head (0: tokens, every token's): a stream's 1 against a cache", "shape"),
 ))
 
 # The linear oscillator core (d_osc 2, docs/maths.md#integer-linear-core): r and z at (1/128, 0), no tables.

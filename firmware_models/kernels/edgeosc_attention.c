@@ -291,13 +291,13 @@ int edgeosc_oscillator_gated_core_int8(const EdgeoscOscParams *p, const EdgeoscG
 
 int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, const int8_t *k,
                               const int8_t *v, int8_t *out, int8_t *scratch) {
-  const int T = p->tokens, dh = p->d_head, dv = p->d_value;
+  const int T = p->tokens, dh = p->d_head, dv = p->d_value, Tq = p->queries ? p->queries : T;
   int hd, i;
-  if (T <= 0 || dh <= 0 || dv <= 0 || p->heads <= 0 || p->beta_left_shift < 0) return -1;
+  if (T <= 0 || Tq <= 0 || dh <= 0 || dv <= 0 || p->heads <= 0 || p->beta_left_shift < 0) return -1;
   for (hd = 0; hd < p->heads; ++hd) {
-    const int8_t *qh = q + (size_t)hd * T * dh, *kh = k + (size_t)hd * T * dh;
+    const int8_t *qh = q + (size_t)hd * Tq * dh, *kh = k + (size_t)hd * T * dh;
     const int8_t *vh = v + (size_t)hd * T * dv;
-    for (i = 0; i < T; ++i) {
+    for (i = 0; i < Tq; ++i) {
       score_row(qh + (size_t)i * dh, kh, T, dh, p->zp_q, p->zp_k, p->rq_qk, p->zp_qk,
                 p->round_matmul, scratch);
       if (p->exp_lut)
@@ -306,7 +306,7 @@ int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, co
         edgeosc_softmax_row_int8(scratch, T, p->beta_multiplier, p->beta_left_shift, p->diff_min,
                                  scratch);
       mix_row(scratch, vh, T, dv, -128, p->zp_v, p->rq_out, p->zp_out, p->round_matmul,
-              out + ((size_t)hd * T + i) * dv);
+              out + ((size_t)hd * Tq + i) * dv);
     }
   }
   return 0;

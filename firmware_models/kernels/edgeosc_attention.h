@@ -109,6 +109,7 @@ typedef struct {
   int32_t diff_min;
   int32_t round_matmul;                 /* EdgeoscRounding of both matmuls */
   const int32_t *exp_lut;               /* NULL: fixed-point exps; else edgeosc_softmax_row_lut_int8's table */
+  int32_t queries;                      /* query rows a head (0: tokens, every token's): a stream's 1 against a cache */
 } EdgeoscSoftmaxParams;
 /* END GENERATED */
 

@@ -504,17 +504,20 @@ class Lowering:
             return None
         q, k, qk, a, v, out = (self.t(i) for i in (*op.inputs, op.outputs[0], sm.outputs[0], out_op.inputs[1],
                                                     out_op.outputs[0]))
-        if not same_heads(q, k, v):
+        if not (same_heads(k, k, v) and len(q.shape) == len(k.shape) and q.shape[:-2] == k.shape[:-2]
+                and q.shape[-1] == k.shape[-1]):
             return None
         mult, shift, diff_min = self.softmax_params(qk, a, sm)
-        fields = dict(heads=int(np.prod(q.shape[:-2])), tokens=q.shape[-2], d_head=q.shape[-1], d_value=v.shape[-1],
+        queries = q.shape[-2] if q.shape[-2] != k.shape[-2] else 0  # a stream's query against its cache
+        fields = dict(heads=int(np.prod(q.shape[:-2])), tokens=k.shape[-2], d_head=q.shape[-1], d_value=v.shape[-1],
+                      queries=queries,
                       zp_q=q.z, zp_k=k.z, zp_v=v.z, zp_qk=qk.z, zp_out=out.z, rq_qk=product_rq(q.s, k.s, qk.s),
                       rq_out=product_rq(a.s, v.s, out.s), beta_multiplier=mult, beta_left_shift=shift,
                       diff_min=diff_min, round_matmul=0,
                       exp_lut=Array(R.softmax_exp_table(mult, shift, diff_min), f"{out.name}_exp"))
         args = [Struct(S.SOFTMAX.struct, S.SOFTMAX.ordered(fields)), Ref(q.index), Ref(k.index), Ref(v.index), Ref(out.index),
                 "scratch"]
-        return self.emit("edgeosc_softmax_core_int8", args, [op, sm, out_op], out.name, scratch=q.shape[-2])
+        return self.emit("edgeosc_softmax_core_int8", args, [op, sm, out_op], out.name, scratch=k.shape[-2])
 
     def softmax_params(self, x: Tensor, out: Tensor, op: Op):
         if (out.s, out.z) != (np.float32(1 / 256), -128) or x.dtype != np.int8:

@@ -195,6 +195,7 @@ static const EdgeoscSoftmaxParams golden_sm_params = {
   .beta_left_shift = 24,
   .diff_min = -124,
   .round_matmul = 0,
-  .exp_lut = NULL};
+  .exp_lut = NULL,
+  .queries = 0};
 
 #endif /* EDGEOSC_ATTENTION_GOLDEN_V1_H_ */
