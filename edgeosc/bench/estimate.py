@@ -35,8 +35,8 @@ from ..cbuild import FRONTEND, HARNESS, KERNELS, compiler_version
 DEFAULT_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-a53", "cortex-a72")
 CFLAGS = ("-std=c99", "-O2", "-fno-math-errno")
 ATTENTION = ("edgeosc_oscillator_core_int8", "edgeosc_softmax_core_int8", "edgeosc_oscillator_gated_core_int8",
-             "edgeosc_linear_core_int8")
-ENTRY = "edgeosc_estimate_infer"
+             "edgeosc_linear_core_int8", "edgeosc_linear_stream_int8")
+ENTRY, STREAM_ENTRY = "edgeosc_estimate_infer", "edgeosc_estimate_stream"
 
 # Int8 MACs per cycle of the widest multiply-accumulate each core has: the floor of cycles per MAC.
 # M cores: SMLAD, two 16 x 16 MACs in one cycle (M4 TRM Table 3-1; the M7's single MAC pipe in LLVM's
@@ -80,6 +80,20 @@ int edgeosc_estimate_infer(const int8_t *input, int8_t *output) {
   const int8_t *out;
   if (th_init(&EDGEOSC_MODEL) || th_load_tensor(input, (size_t)EDGEOSC_MODEL.input_bytes) || th_infer())
     return -1;
+  out = th_results(&bytes);
+  for (i = 0; i < bytes; ++i) output[i] = out[i];
+  return (int)bytes;
+}
+
+/* A stream: n frames (input_bytes each) one a th_infer from a new stream's state; the last frame's output. */
+int edgeosc_estimate_stream(const int8_t *frames, int32_t n, int8_t *output) {
+  const size_t in = (size_t)EDGEOSC_MODEL.input_bytes;
+  size_t bytes, i;
+  int32_t f;
+  const int8_t *out;
+  if (th_init(&EDGEOSC_MODEL)) return -1;
+  for (f = 0; f < n; ++f)
+    if (th_load_tensor(frames + (size_t)f * in, in) || th_infer()) return -1;
   out = th_results(&bytes);
   for (i = 0; i < bytes; ++i) output[i] = out[i];
   return (int)bytes;
@@ -631,27 +645,66 @@ def random_firmware(cfg, n_frames: int, out_dir: str | Path) -> tuple[Path, str]
     return out / name, name
 
 
+def random_stream_firmware(cfg, window: int, out_dir: str | Path) -> tuple[Path, str]:
+    """An untrained, calibrated streaming network of ModelConfig cfg with this window, its stream_int8.tflite
+    (export/tflite/stream.py) as generated C firmware: one frame a run, its state in the arena (folder, name)."""
+    import torch
+
+    from ..config import QuantConfig
+    from ..export.c import generate
+    from ..export.tflite.stream import stream_file
+    from ..models.kws import build_model
+    from ..quant import calibrate, quantize_model
+    cfg = dataclasses.replace(cfg, window=window, dropout=0.0)
+    torch.manual_seed(0)
+    qat = quantize_model(build_model(cfg).eval(), QuantConfig())
+    calibrate(qat, [(torch.randn(8, 2 * window, cfg.n_coeffs), None)], 1)
+    out, name = Path(out_dir), f"{cfg.attention}_stream_w{window}"
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        (out / f"{name}.tflite").write_bytes(stream_file(qat.eval()))
+    generate(out / f"{name}.tflite", out / name, name=name, features=None)
+    return out / name, name
+
+
+def stream_hop(fw: str | Path, name: str, window: int, core: str = "cortex-m4", work_dir: str | Path | None = None,
+               hops: int = 4) -> dict:
+    """Cycles of one hop of a stream firmware (random_stream_firmware) once its window is full, an ESTIMATE by
+    emulation: streams of window + 1 and window + 1 + hops frames, the difference over the extra hops, each
+    stream's last logits checked against the host build's. {"cycles", "attention_cycles", "calls" (the attention
+    cores' calls a hop)}."""
+    fw, work = Path(fw), Path(work_dir) if work_dir else cache_dir()
+    n_in, n_out = _io_bytes(fw, name)
+    frames = np.random.default_rng(1).integers(-128, 128, (window + 1 + hops, n_in)).astype(np.int8)
+    want = host_logits(fw, name, frames, work)
+    elf, run_fn, runs = model_elf(fw, name, core, work), f"{name}_run", []
+    for n in (window + 1, window + 1 + hops):
+        run = C.emulate(elf, STREAM_ENTRY, ["frames", n, "output"], {"frames": frames, "output": np.zeros(n_out, np.int8)},
+                        core=core, scopes=(run_fn, *ATTENTION))
+        if run.return_value != n_out or not np.array_equal(run.outputs["output"], want[n - 1]):
+            raise RuntimeError(f"{name} on {core}: a stream's logits differ from the host build's")
+        att = [f for f in ATTENTION if run.scope_calls.get(f)]
+        runs.append((C.cycles(run.scoped[run_fn], core), sum(C.cycles(run.scoped[f], core) for f in att),
+                     sum(run.scope_calls[f] for f in att)))
+    (c1, a1, n1), (c2, a2, n2) = runs
+    return dict(cycles=(c2 - c1) / hops, attention_cycles=(a2 - a1) / hops, calls=(n2 - n1) // hops)
+
+
 def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196), hop_ms: float = 20.0,
                   work_dir: str | Path | None = None, model=None) -> list[dict]:
     """Always-on cost ESTIMATES, per (kind, window W), of the oscillator network `model` (a ModelConfig with the linear
     core; default the pipeline's) and the softmax baseline of its size, on `core` (cycles.CORES) and its first
     device in DEVICES.
 
-    per_hop_cycles: one new frame through the streaming variant (ModelConfig.window = W): every per-frame op of the
-    network run on one frame (the emulated model over 1 frame, its attention core aside), plus the attention per
-    block and head: the linear core adds the new key to its sums, subtracts the expired key and queries them in
-    one edgeosc_linear_step, whatever W, its state kept in the arena (no reset per hop;
-    linear_hop_cycles); softmax's one query reads W cached keys, priced as 1 / W of its fused core over W frames
-    (every query row costs the same there). The 1-frame model is the whole-clip network's graph: against the
-    streaming one it has an absolute position ADD and a gate normalised over the keys (L2), where the stream has
-    none and a sigmoid table, and it lacks the anchors' turn per frame (four 2-vector rotations): at the default
-    shapes these overstate a hop by about 2.6% (oscillator) and 0.8% (softmax), a margin left in the estimate. recompute_cycles: the window
-    model over W frames, which a non-streaming spotter runs on every hop. Each row also has their ratio, latency_ms
-    and energy_uj per hop, and energy per second of audio (uj_per_s) at one hop per hop_ms, for both. Emulated
-    logits are checked against the host build.
+    per_hop_cycles: one new frame through the streaming network's own firmware (stream_int8.tflite -> C, its state
+    in the arena; stream_hop), once the window is full: the oscillator's linear core adds the new key, subtracts the
+    expired one and queries its sums (O(1) whatever W); softmax's query reads its W cached keys (O(W)); both pool
+    the last W frames' outputs (O(W), the same for both). per_hop_attention_cycles: the attention cores' share.
+    recompute_cycles: the whole-clip network over W frames, which a non-streaming spotter runs on every hop. Each
+    row also has their ratio, latency_ms and energy_uj per hop, and energy per second of audio (uj_per_s) at one
+    hop per hop_ms, for both. Emulated logits are checked against the host build.
     """
     from ..config import SHIPPED_OSCILLATOR, ModelConfig
-    from ..models.kws import resolve
     model = model or ModelConfig(**SHIPPED_OSCILLATOR)
     if model.attention != "oscillator" or model.form != "linear":
         raise ValueError("stream_cycles prices the linear oscillator core (model.form 'linear') against softmax")
@@ -661,27 +714,18 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     hops = 1000.0 / hop_ms
     work = Path(work_dir) if work_dir else cache_dir()
     rows = []
-
-    def emulated(cfg, n_frames, tmp) -> tuple[float, dict]:  # a random input, logits checked against the host's
-        fw, name = random_firmware(cfg, n_frames, tmp)
-        x = np.random.default_rng(1).integers(-128, 128, _io_bytes(fw, name)[0]).astype(np.int8)
-        t = estimate_model(fw, name, x, (core,), work)["targets"][core]
-        return t["model"]["cycles"], t["attention"]
-
     with tempfile.TemporaryDirectory() as tmp:
         for kind in STREAM_KINDS:
-            one, one_core = emulated(configs[kind], 1, tmp)
-            calls, frame = one_core["calls"], one - one_core["cycles"]  # a core call per block
-            if kind == "oscillator":  # per block, each head's window slid by a frame and queried
-                m = resolve(configs[kind])
-                hop = calls * linear_hop_cycles(core, m.heads, m.d_model // m.heads, m.p, work)
             for W in windows:
-                recompute, window_core = emulated(configs[kind], W, tmp)
-                attention = hop if kind == "oscillator" else window_core["cycles"] / W
-                per_hop = frame + attention
+                hop = stream_hop(*random_stream_firmware(configs[kind], W, tmp), W, core, work)
+                fw, name = random_firmware(configs[kind], W, tmp)
+                x = np.random.default_rng(1).integers(-128, 128, _io_bytes(fw, name)[0]).astype(np.int8)
+                recompute = estimate_model(fw, name, x, (core,), work)["targets"][core]["model"]["cycles"]
+                per_hop = hop["cycles"]
                 rows.append(dict(
-                    kind=kind, window=W, core=core, device=dev_key, blocks=calls, per_hop_cycles=per_hop,
-                    per_hop_attention_cycles=attention, recompute_cycles=recompute, recompute_ratio=recompute / per_hop,
+                    kind=kind, window=W, core=core, device=dev_key, blocks=hop["calls"], per_hop_cycles=per_hop,
+                    per_hop_attention_cycles=hop["attention_cycles"], recompute_cycles=recompute,
+                    recompute_ratio=recompute / per_hop,
                     per_hop_latency_ms=D.latency_ms(per_hop, dev), recompute_latency_ms=D.latency_ms(recompute, dev),
                     per_hop_energy_uj=D.energy_uj(per_hop, dev), recompute_energy_uj=D.energy_uj(recompute, dev),
                     stream_uj_per_s=hops * D.energy_uj(per_hop, dev),

@@ -833,6 +833,12 @@ void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out) {
   for (i = 0; i < n; ++i) out[i] = in[i];
 }
 
+void edgeosc_ring_write_int8(int32_t rows, int32_t slots, int32_t n, const int8_t *in, int8_t *ring, int32_t *slot) {
+  int32_t r;
+  for (r = 0; r < rows; ++r) edgeosc_copy_int8(n, in + r * n, ring + (r * slots + *slot) * n);
+  *slot = *slot + 1 < slots ? *slot + 1 : 0;
+}
+
 void edgeosc_gather_int8(int32_t outer, int32_t axis_size, int32_t inner, int32_t n_index, const int32_t *index,
                          const int8_t *in, int8_t *out) {
   int32_t o, i;

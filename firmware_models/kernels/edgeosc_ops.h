@@ -144,6 +144,10 @@ void edgeosc_transpose_int8(const EdgeoscTransposeParams *p, const int8_t *in, i
 /** Copies n bytes (no libc in the firmware path). */
 void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out);
 
+/** A streaming model's shift-register state kept as a ring (export/c/ops.py ring): `rows` rows of `slots` entries
+ * of n bytes; the new entry (rows x n bytes) written over the oldest, slot *slot, which then advances. */
+void edgeosc_ring_write_int8(int32_t rows, int32_t slots, int32_t n, const int8_t *in, int8_t *ring, int32_t *slot);
+
 /** GATHER along one axis with constant indices: out[o, i, :] = in[o, index[i], :] for o < outer, i < n_index,
  * rows of `inner` bytes out of axis_size in the input. */
 void edgeosc_gather_int8(int32_t outer, int32_t axis_size, int32_t inner, int32_t n_index, const int32_t *index,

@@ -26,7 +26,7 @@ from ...checkpoint import Checkpoint
 from ...config import NORMALIZE_MODES, ExportConfig, FeatureConfig
 from ...frontend import ACTIVE_DB, mfcc_constants, nats
 from ...io import write_json
-from .ops import Array, Call, Graph, Ref, Struct, lower, read_graph
+from .ops import Array, Call, Graph, Ref, Slot, Struct, lower, read_graph
 
 ALIGN = 4
 POINTER_BYTES = 4  # on Cortex-M: every parameter struct field is an int32_t or a pointer
@@ -70,6 +70,11 @@ def plan_arena(g: Graph, calls: list[Call], alias: dict) -> tuple[dict, int]:
         use(root(t), -1)
     for t, _ in g.states:  # kept between runs: live from before the first call to after the last
         use(t, -1), use(t, len(calls))
+    for call in calls:
+        for a in call.args:
+            if isinstance(a, Slot):
+                sizes[("ring", a.ring)] = 4
+                use(("ring", a.ring), -1), use(("ring", a.ring), len(calls))
     for i, call in enumerate(calls):
         for a in call.args:
             if isinstance(a, Ref) and g.tensors[root(a.tensor)].data is None:
@@ -207,6 +212,8 @@ class Emitter:
                 args.append(self.tensor(a.tensor, a.offset))
             elif a == "scratch":
                 args.append(f"a + {self.offsets[('scratch', i)]}")
+            elif isinstance(a, Slot):  # a ring's next slot, kept between runs
+                args.append(f"(int32_t *)(void *)(a + {self.offsets[('ring', a.ring)]})")
             elif a == "scratch32":  # int32 scratch (offsets are ALIGN-aligned)
                 args.append(f"(int32_t *)(void *)(a + {self.offsets[('scratch', i)]})")
             else:
@@ -274,7 +281,8 @@ class Emitter:
         """A streaming model's <name>_reset: every state buffer at its zero point (int32 ones at 0)."""
         if not self.g.states:
             return ""
-        lines = []
+        lines = [f"  *(int32_t *)(void *)(arena.bytes + {o}) = 0; /* ring {key[1]}'s next slot */\n"
+                 for key, o in self.offsets.items() if isinstance(key, tuple) and key[0] == "ring"]
         for t, _ in self.g.states:
             x = self.g.tensors[t]
             ctype = CTYPES[x.dtype]

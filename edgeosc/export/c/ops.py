@@ -157,6 +157,12 @@ class Ref:
 
 
 @dataclass
+class Slot:
+    """A ring's next slot: an int32 in the arena, kept between runs (a streaming model's)."""
+    ring: int
+
+
+@dataclass
 class Call:
     """One kernel call fn(args...); args are Struct, Ref, Array, int, "scratch" (bytes) or "scratch32" (int32 words)."""
     fn: str
@@ -266,6 +272,7 @@ class Lowering:
         # RESHAPE outputs share their input's storage
         self.done: set[int] = set()
         self.folded_pad: dict[int, tuple] = {}  # PAD output -> (its input, rows on top, columns on the left)
+        self.rings = 0  # shift-register states kept as rings (Slot)
 
     def t(self, i: int) -> Tensor:
         return self.g.tensors[i]
@@ -278,7 +285,7 @@ class Lowering:
             if op.index in self.done:
                 continue
             call = ((self.fuse and (self.oscillator_core(op) or self.softmax_core(op))) or self.lut(op)
-                    or self.pool(op) or self.single(op))
+                    or self.pool(op) or self.ring(op) or self.single(op))
             self.calls.extend([] if call is None else call if isinstance(call, list) else [call])
         return self.calls
 
@@ -308,6 +315,46 @@ class Lowering:
                 or table.dtype != np.int8 or getattr(gather.options, "axis", 0) != 0:
             return None
         return [cast, add, gather], table, gather.outputs[0]
+
+    def ring(self, op: Op):
+        """A state shifted by a frame, CONCATENATION([state, new], axis) then SLICE(1:) into the next state, read
+        only where the order along the axis does not count: kept as a ring instead, the new entry written over the
+        oldest (O(entry) a run, not O(state)). Order-free readers: a fused softmax core's keys and values (both
+        rings advance together; its integer sums do not depend on the keys' order) and a FULLY_CONNECTED whose
+        weights are the same along the axis (the pooling's sum)."""
+        if op.kind != "CONCATENATION" or len(op.inputs) != 2 or op.options.fusedActivationFunction:
+            return None
+        pair = dict(self.g.states)
+        s_in, x = (self.t(i) for i in op.inputs)
+        sl = self.g.sole_consumer(op.outputs[0], "SLICE")
+        if s_in.index not in pair or sl is None or sl.outputs[0] != pair[s_in.index] or \
+                [c.index for c in self.g.consumers(s_in.index)] != [op.index]:
+            return None
+        axis = op.options.axis % len(s_in.shape)
+        begin, size = (self.t(i).data for i in sl.inputs[1:])
+        if begin is None or size is None or list(begin) != [int(i == axis) for i in range(len(s_in.shape))] or \
+                tuple(size) != s_in.shape or x.shape[axis] != 1 or \
+                any((t.s, t.z) != (s_in.s, s_in.z) for t in (x, self.t(op.outputs[0]))):
+            return None
+        if not all(self.order_free(c, sl.outputs[0], axis) for c in self.g.consumers(sl.outputs[0])):
+            return None
+        rows, n = int(np.prod(s_in.shape[:axis])), int(np.prod(s_in.shape[axis + 1:]))
+        self.rings += 1
+        return self.emit("edgeosc_ring_write_int8", [rows, s_in.shape[axis], n, Ref(x.index), Ref(s_in.index),
+                                                      Slot(self.rings - 1)], [op, sl], s_in.name)
+
+    def order_free(self, op: Op, t: int, axis: int) -> bool:
+        """Whether op's result does not depend on the order of t's entries along axis (see ring)."""
+        rank = len(self.t(t).shape)
+        if op.kind == "FULLY_CONNECTED" and op.inputs[0] == t and axis == rank - 1:
+            w = self.t(op.inputs[1]).data
+            return w is not None and bool(np.all(w == w[:, :1]))
+        if op.kind == "BATCH_MATMUL" and op.inputs[1] == t and axis == rank - 2:
+            if op.options.adjY:  # keys: the scores go through SOFTMAX into a matmul with the values
+                sm = self.g.sole_consumer(op.outputs[0], "SOFTMAX")
+                return sm is not None and self.g.sole_consumer(sm.outputs[0], "BATCH_MATMUL") is not None
+            return any(p.kind == "SOFTMAX" and p.outputs[0] == op.inputs[0] for p in self.g.ops)  # values
+        return False
 
     def lut(self, op: Op):
         chain = self.lut_from_cast(op) if op.kind == "CAST" else None
