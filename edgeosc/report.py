@@ -128,11 +128,13 @@ def _stream_lines(r: dict) -> list[str]:
     by = {(x["kind"], x["window"]): x for x in rows}
     lines = ["", f"## Always-on ({first['core']}, {first['device']}, estimated)", "",
              f"A keyword spotter listening all day, one frame every {r['scaling'].get('hop_ms', 20):g} ms. Streaming: the "
-             "streaming variant (`model.window = W`, docs/maths.md#streaming) runs one new frame per hop, its linear "
-             "oscillator core adding the new key and subtracting the expired one (O(1) per frame), softmax reading W "
-             "cached keys (O(W)). Recompute: the window model over all W frames on every hop. Untrained networks of "
-             "the pipeline's shapes, emulated (`edgeosc.bench.estimate.stream_cycles`); energy = the device's "
-             "active power x time, idle not counted.", "",
+             "streaming variant (`model.window = W`, docs/maths.md#streaming) runs one new frame per hop as its own "
+             "firmware (stream_int8.tflite -> C, its state in the arena), its linear oscillator core adding the new "
+             "key and subtracting the expired one (O(1) per frame), softmax reading W cached keys (O(W)), both "
+             "pooling the last W frames. Recompute: the window model over all W frames on every hop. Untrained "
+             "networks of the pipeline's shapes, emulated once the window is full "
+             "(`edgeosc.bench.estimate.stream_cycles`); energy = the device's active power x time, idle not counted.",
+             "",
              "| W | kind | per hop cycles | of which attention | recompute cycles | recompute / per hop | "
              "per hop ms | streaming uJ/s | recompute uJ/s | recompute keeps up |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -120,7 +120,8 @@ def test_stream_cycles_per_hop_is_fixed_for_the_oscillator_and_grows_for_softmax
     model = ModelConfig(d_osc=2, positive="taylor2", key_gate=True, form="linear", n_classes=3, **SHAPE)
     rows = {(r["kind"], r["window"]): r for r in stream_cycles(windows=(8, 24), work_dir=tmp_path, model=model)}
     osc, sm = rows["oscillator", 24], rows["softmax", 24]
-    assert rows["oscillator", 8]["per_hop_cycles"] == osc["per_hop_cycles"]  # O(1) per frame, whatever W
+    # the linear core's hop is O(1) whatever W (a random network per W: a few data-dependent branches move)
+    assert rows["oscillator", 8]["per_hop_attention_cycles"] == pytest.approx(osc["per_hop_attention_cycles"], rel=0.02)
     # O(W): three times the keys, well over 1.5x the work (a query's fixed part, its softmax's reciprocal and the
     # requantizations, keeps it under 3x at these small windows)
     assert sm["per_hop_attention_cycles"] > 1.5 * rows["softmax", 8]["per_hop_attention_cycles"]

@@ -166,3 +166,32 @@ def test_firmware_streams_frame_by_frame_as_it_runs_the_window(qat, tmp_path):
     it.set_tensor(it.get_input_details()[0]["index"], x[None])
     it.invoke()
     assert np.abs(window.astype(int) - it.get_tensor(it.get_output_details()[0]["index"])[0]).max() <= 8
+
+
+def test_tflite_micro_streams_the_softmax_network_as_the_firmware_does(tmp_path):
+    """The streaming softmax network is builtin ops only: in TFLite Micro, frames one a call (the state passed back
+    in) equal its window file, and the C firmware's logits equal TFLite Micro's, bit for bit."""
+    pytest.importorskip("tflite_micro")
+    from edgeosc import runtime
+    from edgeosc.bench.estimate import host_logits
+    from edgeosc.export.c import generate
+    from edgeosc.quant import calibrate, quantize_model
+
+    torch.manual_seed(0)
+    model = quantize_model(build_model(ModelConfig(window=6, n_classes=3, **KINDS["softmax"])).eval(), QuantConfig())
+    calibrate(model, [(torch.randn(4, 30, 40), None)], 1)
+    T = 25
+    one, win = files(model.eval(), T)
+    (tmp_path / "one.tflite").write_bytes(one)
+    (tmp_path / "win.tflite").write_bytes(win)
+    x = np.random.default_rng(1).integers(-60, 60, (T, 40)).astype(np.int8)
+    window = runtime.load(tmp_path / "win.tflite", "tflite-micro").run_raw(x[None])[0]
+    micro = runtime.load(tmp_path / "one.tflite", "tflite-micro")
+    state = [np.full(t.shape, t.zero_point[0], t.dtype) for t in micro.inputs[1:]]
+    frames = []
+    for frame in x:
+        logits, *state = micro.run_raw(frame[None], *state)
+        frames.append(logits[0])
+    np.testing.assert_array_equal(np.array(frames), window)
+    generate(tmp_path / "one.tflite", tmp_path / "fw", "one", features=None)
+    np.testing.assert_array_equal(host_logits(tmp_path / "fw", "one", x, work=tmp_path / "build"), window)
