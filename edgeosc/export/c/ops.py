@@ -268,8 +268,8 @@ class Lowering:
     def __init__(self, g: Graph, fuse: bool = True):
         self.g, self.fuse = g, fuse
         self.calls: list[Call] = []
-        self.alias: dict[int, int] = {t_out: t_in for t_in, t_out in g.states}  # a state is updated in place;
-        # RESHAPE outputs share their input's storage
+        # storage shared: a RESHAPE's output is its input's; a state's next value overwrites it in place
+        self.alias: dict[int, int] = {t_out: t_in for t_in, t_out in g.states}
         self.done: set[int] = set()
         self.folded_pad: dict[int, tuple] = {}  # PAD output -> (its input, rows on top, columns on the left)
         self.rings = 0  # shift-register states kept as rings (Slot)
@@ -350,10 +350,19 @@ class Lowering:
             w = self.t(op.inputs[1]).data
             return w is not None and bool(np.all(w == w[:, :1]))
         if op.kind == "BATCH_MATMUL" and op.inputs[1] == t and axis == rank - 2:
-            if op.options.adjY:  # keys: the scores go through SOFTMAX into a matmul with the values
+            producer = {o: p for p in self.g.ops for o in p.outputs}
+            if op.options.adjY:  # keys: their scores through SOFTMAX into the values' matmul
                 sm = self.g.sole_consumer(op.outputs[0], "SOFTMAX")
-                return sm is not None and self.g.sole_consumer(sm.outputs[0], "BATCH_MATMUL") is not None
-            return any(p.kind == "SOFTMAX" and p.outputs[0] == op.inputs[0] for p in self.g.ops)  # values
+                other = sm and self.g.sole_consumer(sm.outputs[0], "BATCH_MATMUL")
+            else:  # values: after SOFTMAX of the keys' scores
+                sm = producer.get(op.inputs[0])
+                other = producer.get(sm.inputs[0]) if sm is not None and sm.kind == "SOFTMAX" else None
+            if other is None or other.kind != "BATCH_MATMUL":
+                return False
+            partner = other.inputs[1]  # the other cache: a state shifted the same way, read by that matmul only,
+            shifted = partner in self.alias and producer.get(partner) is not None \
+                and producer[partner].kind == "SLICE"  # so the two rings turn together
+            return shifted and [c.index for c in self.g.consumers(partner)] == [other.index]
         return False
 
     def lut(self, op: Op):

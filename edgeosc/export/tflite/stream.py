@@ -23,11 +23,9 @@ import numpy as np
 import torch
 
 from ...integer.reference import linear_state_words, turn_steps
-from ...stream import FRAME, STATE_IN, STATE_OUT
 from ...models.attention import OscillatorAttention, SoftmaxAttention
-from . import custom_op
-from . import Graph, _scale, CUSTOM_OP, OUTPUT
-
+from ...stream import FRAME, STATE_IN, STATE_OUT
+from . import CUSTOM_OP, OUTPUT, Graph, _scale, custom_op
 
 
 class StreamGraph(Graph):
@@ -44,12 +42,11 @@ class StreamGraph(Graph):
         super().__init__(net, qat, custom_core=True)
         self.frames, self.states = frames, []  # the states' names, in input order
 
-    def state_in(self, name: str, shape, dtype, q=None) -> int:
-        """A state input "state:<name>" of this shape, dtype and (scale, zero point); its output comes later."""
-        kw = {} if q is None else dict(scale=q[0], zero_point=q[1])
-        t = self.b.input(STATE_IN + name, shape, dtype, **kw)
+    def state_in(self, name: str, shape, dtype, **quant) -> int:
+        """A state input "state:<name>" of this shape, dtype and quantization (scale, zero_point); the op that
+        computes the next state names its output "state_next:<name>"."""
         self.states.append(name)
-        return t
+        return self.b.input(STATE_IN + name, shape, dtype, **quant)
 
     # ---- the layers that stream --------------------------------------------------------------------
     def stem(self, x: int) -> int:
@@ -57,7 +54,7 @@ class StreamGraph(Graph):
         b, cfg = self.b, self.net.cfg
         if self.frames is None:
             (s,), (z,) = b.quant(x)
-            past = self.state_in("stem", [1, 2, cfg.n_coeffs], np.int8, (s, z))
+            past = self.state_in("stem", [1, 2, cfg.n_coeffs], np.int8, scale=s, zero_point=z)
             x = b.concatenation([past, x], 1, name="stem/frames")  # [1, 3, C]
             b.slice(x, [0, 1, 0], [1, 2, cfg.n_coeffs], name=STATE_OUT + "stem")
             x = b.reshape(x, [1, 1, 3, cfg.n_coeffs], name="stem/nhwc")
@@ -90,20 +87,20 @@ class StreamGraph(Graph):
     def custom_oscillator_core(self, qh, kh, vh, r, attn: OscillatorAttention, label: str, g: int | None = None):
         b = self.b
         shape = b.shape(qh)[:2] + [b.shape(vh)[-1]]
-        out = b.tensor(f"{label}/out", shape, np.int8, scale=self.q(attn.quant, "out")[0],
-                       zero_point=self.q(attn.quant, "out")[1])
+        s_out, z_out = self.q(attn.quant, "out")
+        out = b.tensor(f"{label}/out", shape, np.int8, scale=s_out, zero_point=z_out)
         turn = None if attn.omega is None else turn_steps(attn.omega.detach().numpy())
         options = dict(form="linear", p=attn.p, causal=1, window=attn.window, eps=attn.eps, d_osc=attn.d_osc,
                        positive=attn.positive, heads=attn.heads, **({} if turn is None else dict(turn=turn)))
         ins, outs = [qh, kh, vh, r] + ([g] if g is not None else []), [out]
         if self.frames is None:  # one step of the stream: its state in and out
             H, dh, dv = attn.heads, attn.d_h, b.shape(vh)[-1]
-            for name, shp, dtype, q in (("clock", [3], np.int32, None),
-                                        ("sums", [H, linear_state_words(dh, dv, attn.p)], np.int32, None),
-                                        ("kept", [H, attn.window, dh + dv + 3], np.int8, (1.0, 0))):
-                ins.append(self.state_in(f"{label}/{name}", shp, dtype, q))
-                kw = {} if q is None else dict(scale=q[0], zero_point=q[1])
-                outs.append(b.tensor(f"{STATE_OUT}{label}/{name}", shp, dtype, **kw))
+            raw = dict(scale=1.0, zero_point=0)  # the kept keys' k, v, turned r and g side by side
+            for name, shp, dtype, quant in (("clock", [3], np.int32, {}),
+                                            ("sums", [H, linear_state_words(dh, dv, attn.p)], np.int32, {}),
+                                            ("kept", [H, attn.window, dh + dv + 3], np.int8, raw)):
+                ins.append(self.state_in(f"{label}/{name}", shp, dtype, **quant))
+                outs.append(b.tensor(f"{STATE_OUT}{label}/{name}", shp, dtype, **quant))
             options["stream"] = 1
         b.custom(CUSTOM_OP, ins, outs, custom_op.custom_options(**options))
         return out
@@ -120,7 +117,7 @@ class StreamGraph(Graph):
             (s,), (z,) = b.quant(x)
             d = b.shape(x)[-1]
             if self.frames is None:
-                past = self.state_in(f"{label}/{name}", [H, W, d], np.int8, (s, z))
+                past = self.state_in(f"{label}/{name}", [H, W, d], np.int8, scale=s, zero_point=z)
                 both = b.concatenation([past, x], 1, name=f"{label}/{name}_and_new")
                 return b.slice(both, [0, 1, 0], [H, W, d], name=f"{STATE_OUT}{label}/{name}")
             zeros = b.const(f"{label}/{name}_before", np.full((H, W - 1, d), z, np.int8), np.int8, scale=s,
@@ -141,7 +138,7 @@ class StreamGraph(Graph):
         q = self.q(self.net.quant, "pool")
         if self.frames is None:
             (s,), (z,) = b.quant(y)
-            kept = self.state_in("pool", [1, d, W], np.int8, (s, z))
+            kept = self.state_in("pool", [1, d, W], np.int8, scale=s, zero_point=z)
             frames = b.concatenation([kept, b.reshape(y, [1, d, 1], name="pool/column")], 2, name="pool/frames")
             nxt = b.slice(frames, [0, 0, 1], [1, d, W], name=STATE_OUT + "pool")
             return b.reshape(self.unit_sum(nxt, q, "pool", 1 / W), [1, d], name="pool/flat")
