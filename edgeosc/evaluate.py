@@ -57,13 +57,16 @@ class Batches:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Batches, n_classes: int, batch_size: int = 256) -> dict:
+def evaluate(model: torch.nn.Module, batches: Batches, n_classes: int, batch_size: int = 256,
+             stream_clips: int = 0) -> dict:
     """Loss, accuracy and confusion matrix (rows: true class, columns: predicted); a Kuramoto network's
-    diagnostics per block (models/kws.py KWSKuramoto.diagnostics) averaged over the clips."""
+    diagnostics per block (models/kws.py KWSKuramoto.diagnostics) averaged over the clips. stream_clips > 0: each
+    clip after that many others of the split as one stream (Batches), the same streams every call (a fixed seed)."""
     model.eval()
     confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
     loss_sum, diagnostics = 0.0, None
-    for feats, labels in batches(batch_size):
+    fixed = torch.Generator().manual_seed(0) if stream_clips else None
+    for feats, labels in batches(batch_size, fixed, None, stream_clips):
         logits = model(feats)
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         confusion += torch.bincount(labels.cpu() * n_classes + logits.argmax(-1).cpu(),

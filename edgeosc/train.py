@@ -95,7 +95,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         sched.load_state_dict(state["scheduler"])
         history, best, start, bad_epochs = state["history"], state["best"], state["epoch"], state["bad_epochs"]
     if train_cfg.epochs == 0 and not history:  # post-training quantization: the model as built
-        best = evaluate(model, val_b, model_cfg.n_classes)["accuracy"]
+        best = evaluate(model, val_b, model_cfg.n_classes, stream_clips=train_cfg.stream_clips)["accuracy"]
         save_checkpoint(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=0))
     n_params = count_parameters(model)
     criterion = functools.partial(F.cross_entropy, label_smoothing=train_cfg.label_smoothing)
@@ -132,7 +132,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
             correct += (logits.argmax(-1) == labels).sum().item()
             seen += len(labels)
             bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}")
-        val = evaluate(model, val_b, model_cfg.n_classes)
+        val = evaluate(model, val_b, model_cfg.n_classes, stream_clips=train_cfg.stream_clips)  # as it trains
         history.append(dict(epoch=epoch + 1, train_loss=loss_sum / seen, train_accuracy=correct / seen,
                             val_loss=val["loss"], val_accuracy=val["accuracy"], val_confusion=val["confusion"],
                             max_grad_norm=max_grad, lr=sched.get_last_lr()[0], seconds=time.time() - t0))
@@ -149,9 +149,12 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
                        f"train {correct / seen:.3f}  val {val['accuracy']:.3f}{'  *' if improved else ''}")
     best_model = load_checkpoint(out_dir / "best.pt", map_location=device).model.to(device)
     test = evaluate(best_model, test_b, model_cfg.n_classes)
+    streams = train_cfg.stream_clips and evaluate(best_model, test_b, model_cfg.n_classes,
+                                                  stream_clips=train_cfg.stream_clips)
     results = dict(dataset=data_cfg.dataset, attention=model_cfg.attention, size=model_cfg.size, d_osc=model_cfg.d_osc, p=model_cfg.p,
                    parameters=n_params, epochs=len(history), best_val_accuracy=best,
                    test_accuracy=test["accuracy"], test_n=test["n"], test_confusion=test["confusion"],
+                   **({"test_stream_accuracy": streams["accuracy"]} if streams else {}),
                    classes=list(data.classes), device=str(device),
                    quant=quant and f"{quant['config']['preset']}-{'qat' if train_cfg.epochs else 'ptq'}",
                    **({"diagnostics": test["diagnostics"]} if "diagnostics" in test else {}))

@@ -50,14 +50,16 @@ def test_stream_clips_train_on_streams_and_need_a_streaming_model(tones, data_cf
 
     def build(model_cfg, batches, device):  # the model, its training inputs recorded
         model = build_model(model_cfg)
-        model.register_forward_pre_hook(lambda m, args: seen.append(args[0]) if m.training else None)
+        model.register_forward_pre_hook(lambda m, args: seen.append((m.training, args[0].shape[1])))
         return model
 
     cfg, features = dataclasses.replace(TRAIN, epochs=1, stream_clips=2), FeatureConfig(normalize="running")
     streaming = ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR)
-    train(tones, tmp_path, model_cfg=streaming, feature_cfg=features, train_cfg=cfg, data_cfg=data_cfg,
-          progress=False, build=build)
-    assert {x.shape[1] for x in seen} == {3 * features.n_frames}  # two clips, then the clip trained on
+    res = train(tones, tmp_path, model_cfg=streaming, feature_cfg=features, train_cfg=cfg, data_cfg=data_cfg,
+                progress=False, build=build)
+    # trained and validated on streams (two clips, then the clip), the same streams each epoch; tested on both
+    assert set(seen) == {(True, 3 * features.n_frames), (False, 3 * features.n_frames)}
+    assert 0 <= res["test_stream_accuracy"] <= 1 and "test_accuracy" in res
     raw = torch.load(tmp_path / "best.pt", weights_only=True)  # written while stream_context existed: still loads
     old = {k: v for k, v in raw["train_config"].items() if k != "stream_clips"}
     raw["train_config"] = {**old, "stream_context": 49}
