@@ -103,8 +103,7 @@ def evaluate_tflite(path: str | Path, data: ClipSet, feature_cfg: FeatureConfig,
     if runtime.check_tflite(path)["custom_ops"]:
         custom = [custom_op.register]
     runner = runtime.load(path, interpreter, custom_ops=custom)
-    from .stream import FRAME
-    if runner.inputs[0].name == FRAME:
+    if runner.inputs[0].name == runtime.FRAME:
         raise CheckpointError(f"{path}: a stream export takes one frame a call; evaluate window_int8.tflite beside "
                               "it, which gives the same logits bit for bit over a clip")
     n_classes = len(classes)

@@ -36,7 +36,6 @@ from .config import SILENCE, UNKNOWN, FeatureConfig, from_dict
 from .data.audio import read_wav, resample
 
 MANIFEST = "manifest.json"  # written beside exported models (export/__init__.py)
-FRAME, STATE_IN, STATE_OUT = "frame", "state:", "state_next:"  # a stream export's names (export/tflite/stream.py)
 
 
 class StreamError(ValueError):
@@ -115,7 +114,7 @@ def load_model(path, interpreter: str | None = None, window: int | None = None) 
         from .runtime import custom_op
         custom = [custom_op.register]
     sg = info["subgraphs"][0]
-    streaming = sg["inputs"][0]["name"] == FRAME or len(sg["outputs"][0]["shape"]) == 3
+    streaming = sg["inputs"][0]["name"] == runtime.FRAME or len(sg["outputs"][0]["shape"]) == 3
     # a stream or window export without XNNPACK, whose float requantization depends on the shapes: the two files
     # then give the same logits bit for bit in each interpreter
     runner = runtime.load(path, interpreter, custom_ops=custom, xnnpack=not streaming)
@@ -123,7 +122,7 @@ def load_model(path, interpreter: str | None = None, window: int | None = None) 
     if window is not None and window != trained:
         raise StreamError(f"{path}: --window {window}: an exported model attends over the window it was exported "
                           f"with ({trained or 'its whole clip'}); export again from a checkpoint for another")
-    if runner.inputs[0].name == FRAME:  # stream_int8.tflite: one frame, the state as extra inputs and outputs
+    if runner.inputs[0].name == runtime.FRAME:  # stream_int8.tflite: one frame, the state as extra inputs and outputs
         return _tflite_stream(runner, classes, cfg, trained)
     if runner.input_shape[1:] != (cfg.n_frames, cfg.n_coeffs) or runner.output_shape[-1] != len(classes):
         raise StreamError(f"{path}: model shapes {runner.input_shape} -> {runner.output_shape} do not match "
@@ -134,6 +133,7 @@ def load_model(path, interpreter: str | None = None, window: int | None = None) 
 def _tflite_stream(runner, classes, cfg: FeatureConfig, window: int) -> Model:
     """A stream export (export/tflite/stream.py) as a streaming Model: each step feeds one frame and the state the
     last step left; a new stream starts with every state tensor at its zero point (real 0)."""
+    from .runtime import STATE_IN, STATE_OUT
     if runner.inputs[0].shape != (1, cfg.n_coeffs) or runner.output_shape != (1, len(classes)) or \
             [t.name[len(STATE_IN):] for t in runner.inputs[1:]] != [t.name[len(STATE_OUT):] for t in runner.outputs[1:]]:
         raise StreamError(f"{runner.path}: not a stream export of this manifest's model (one frame [1, "

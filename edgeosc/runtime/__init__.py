@@ -17,6 +17,8 @@ PREFERENCE = ("ai-edge-litert", "tflite-runtime", "tflite-micro")
 MICRO_MISSING = {"ATAN2"}  # builtins TFLite Micro has no kernel for ("Didn't find op for builtin opcode")
 _MODULES = {"ai-edge-litert": "ai_edge_litert.interpreter", "tflite-runtime": "tflite_runtime.interpreter",
             "tflite-micro": "tflite_micro"}
+# a stream export's tensors (export/tflite/stream.py): one frame in, each state as an input and its next value out
+FRAME, STATE_IN, STATE_OUT = "frame", "state:", "state_next:"
 ALIASES = {"litert": "ai-edge-litert", "ai_edge_litert": "ai-edge-litert", "tflrt": "tflite-runtime",
            "tflite_runtime": "tflite-runtime", "tflm": "tflite-micro", "tflite_micro": "tflite-micro",
            "micro": "tflite-micro"}

@@ -118,7 +118,7 @@ def read_graph(data: bytes) -> Graph:
 def with_states(g: Graph) -> Graph:
     """A stream export's state (inputs "state:<name>", outputs "state_next:<name>", export/tflite/stream.py) set
     apart from its inputs and outputs: the firmware keeps each pair in one arena buffer between runs."""
-    from ...stream import STATE_IN, STATE_OUT
+    from ...runtime import STATE_IN, STATE_OUT
     ins = {g.tensors[t].name[len(STATE_IN):]: t for t in g.inputs if g.tensors[t].name.startswith(STATE_IN)}
     outs = {g.tensors[t].name[len(STATE_OUT):]: t for t in g.outputs if g.tensors[t].name.startswith(STATE_OUT)}
     if set(ins) != set(outs):

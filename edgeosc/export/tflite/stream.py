@@ -24,7 +24,7 @@ import torch
 
 from ...integer.reference import linear_state_words, turn_steps
 from ...models.attention import OscillatorAttention, SoftmaxAttention
-from ...stream import FRAME, STATE_IN, STATE_OUT
+from ...runtime import FRAME, STATE_IN, STATE_OUT
 from . import CUSTOM_OP, OUTPUT, Graph, _scale, custom_op
 
 
