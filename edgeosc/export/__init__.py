@@ -26,8 +26,8 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path, target: str
         raise ValueError(f"unknown export target {target!r}; choose from {sorted(TARGETS)}")
     if getattr(ckpt.model_cfg, "window", 0) and target != "tflite":
         raise ValueError(f"model window {ckpt.model_cfg.window}: a streaming network exports to TFLite "
-                         "(--target tflite: stream_int8.tflite with its state as extra inputs and outputs, and "
-                         "window_int8.tflite), not to {target}")
+                         "(--format tflite: stream_int8.tflite with its state as extra inputs and outputs, and "
+                         f"window_int8.tflite), not to {target}")
     return importlib.import_module(TARGETS[target]).export(ckpt, cfg, out_dir)
 
 
