@@ -114,6 +114,8 @@ def test_the_export_and_the_listener_run_the_stream_file(qat, tmp_path):
         export_checkpoint(floating, tmp_path / "f", target="tflite")
     with pytest.raises(ValueError, match="exports to TFLite"):
         export_checkpoint(path, tmp_path / "o", target="onnx")
+    firmware = export_checkpoint(path, tmp_path / "c", target="c")  # the stream file's, with a frame's front end
+    assert (firmware / "stream_int8.tflite").is_file() and (firmware / "c_frontend.c").is_file()
 
 
 def checkpoint(path, cfg, weights, **extra):

@@ -24,10 +24,10 @@ TOOLS = ("edgeosc", "torch", "brevitas", "onnx", "onnxruntime", "onnxoptimizer",
 def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path, target: str = "onnx") -> Path:
     if target not in TARGETS:
         raise ValueError(f"unknown export target {target!r}; choose from {sorted(TARGETS)}")
-    if getattr(ckpt.model_cfg, "window", 0) and target != "tflite":
-        raise ValueError(f"model window {ckpt.model_cfg.window}: a streaming network exports to TFLite "
-                         "(--format tflite: stream_int8.tflite with its state as extra inputs and outputs, and "
-                         f"window_int8.tflite), not to {target}")
+    if getattr(ckpt.model_cfg, "window", 0) and target == "onnx":
+        raise ValueError(f"model window {ckpt.model_cfg.window}: a streaming network exports to TFLite (--format "
+                         "tflite: stream_int8.tflite with its state as extra inputs and outputs, and window_int8.tflite) "
+                         "and to C firmware (--format c: the stream file's), not to ONNX")
     return importlib.import_module(TARGETS[target]).export(ckpt, cfg, out_dir)
 
 

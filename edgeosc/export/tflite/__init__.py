@@ -348,12 +348,15 @@ def int8_file(folder: str | Path) -> Path:
 
 
 def firmware_int8(qat: nn.Module) -> tuple[str, bytes]:
-    """The int8 file a QAT model's C firmware is generated from, (name, flatbuffer): int8.tflite, or a
-    linear-form model's int8_custom.tflite (its core has no builtin graph)."""
+    """The int8 file a QAT model's C firmware is generated from, (name, flatbuffer): int8.tflite, a linear-form
+    model's int8_custom.tflite (its core has no builtin graph), or a streaming network's stream_int8.tflite."""
     from ...models.dscnn import DSCNN
     if isinstance(qat.net, DSCNN):
         from . import dscnn
         return "int8.tflite", dscnn.build(qat.net, qat)
+    if getattr(qat.net, "window", 0):  # a streaming network: one frame a run, its state in the arena
+        from . import stream
+        return "stream_int8.tflite", stream.stream_file(qat)
     linear = linear_form(qat)
     return ("int8_custom.tflite" if linear else "int8.tflite"), Graph(qat.net, qat, custom_core=linear).build()
 
