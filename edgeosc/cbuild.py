@@ -54,7 +54,8 @@ def compiler_version(cmd: tuple) -> str:
 def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequence[str] = (), include_dirs=(),
           libs=(), cache: str | Path | None = None) -> Path:
     """Compile sources into <cache>/<hash>/<name>, keyed by the compiler (and its version), the flags and the
-    sources' and headers' contents; a later call with the same inputs returns the file without building.
+    sources' and headers' contents; a later call with the same inputs returns the file without building. Each
+    source compiles to an object of its own, shared by every build (_object): only the changed sources compile.
 
     The one C build of the project: host shared libraries (build_shared), host executables and bare ELFs for
     emulated ARM cores (cc = bench.cycles.compiler(core)). The output is renamed into place atomically.
@@ -62,24 +63,45 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     sources = [Path(s) for s in sources]
     include_dirs = [KERNELS, *map(Path, include_dirs)]
     cmd = list(cc or [compiler()])
-    h = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), *flags, *libs]).encode())
-    headers = sorted({p for d in include_dirs for p in d.glob("*.h")})
-    for p in [*sources, *headers]:
+    base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), *flags]).encode())
+    for p in sorted({p for d in include_dirs for p in d.glob("*.h")}):
+        base.update(p.name.encode() + b"\0" + p.read_bytes())
+    h = base.copy()
+    h.update("\0".join(libs).encode())
+    for p in sources:
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     out = Path(cache or cache_dir()) / h.hexdigest()[:16] / name
     if out.exists():
         return out
+    objects = [_object(src, cmd, flags, include_dirs, base.copy()) for src in sources]
+    _run([*cmd, *flags, *map(str, objects), "-o", "{out}", *libs], out, f"linking {name}")
+    return out
+
+
+def _object(src: Path, cmd: list, flags: Sequence[str], include_dirs: list, h) -> Path:
+    """src compiled alone (-c), in the shared cache by the hash of the compiler, flags, headers and its text: a
+    kernel source compiles once for every model, library and executable built from it."""
+    h.update(src.name.encode() + b"\0" + src.read_bytes())
+    out = cache_dir() / "objects" / h.hexdigest()[:16] / f"{src.stem}.o"
+    if not out.exists():
+        quiet = ["-Wno-unused-command-line-argument"] if "ziglang" in cmd else []  # link flags, unused by -c
+        _run([*cmd, *flags, *quiet, *[f"-I{d}" for d in include_dirs], "-c", str(src), "-o", "{out}"], out,
+             f"compiling {src.name}")
+    return out
+
+
+def _run(command: list, out: Path, what: str) -> None:
+    """Runs command with "{out}" a temporary file beside out, then renames it into place (atomic)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=out.suffix, dir=out.parent)
     os.close(fd)
-    full = [*cmd, *flags, *[f"-I{d}" for d in include_dirs], *map(str, sources), "-o", tmp, *libs]
+    full = [tmp if a == "{out}" else a for a in command]
     res = subprocess.run(full, capture_output=True, text=True)
     if res.returncode:
         Path(tmp).unlink(missing_ok=True)  # a failed link may have removed it
-        raise RuntimeError(f"building {name} failed:\n{' '.join(full)}\n{res.stderr[-3000:]}")
+        raise RuntimeError(f"{what} failed:\n{' '.join(full)}\n{res.stderr[-3000:]}")
     os.chmod(tmp, 0o755)
     os.replace(tmp, out)
-    return out
 
 
 def build_shared(sources, name: str, include_dirs=(), extra_flags=(), libs=()) -> Path:
