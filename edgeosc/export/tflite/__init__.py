@@ -295,6 +295,11 @@ class Graph:
             w = conv.weight.detach().numpy().transpose(0, 2, 1)[:, None]
             return b.conv_2d(x, b.const("stem/weight", w.astype(np.float32)),
                              b.const("stem/bias", conv.bias.detach().numpy().astype(np.float32)), name="stem")
+        return self.int8_conv(x, conv, "SAME", _scale(conv.output_quant), "stem")
+
+    def int8_conv(self, x: int, conv: nn.Module, padding: str, q, name: str) -> int:
+        """A QuantConv1d as an int8 CONV_2D on [1, 1, T, C]: per-channel OHWI weights, int32 bias, output at q."""
+        b = self.b
         qw = conv.quant_weight()
         w_scale = qw.scale.detach().reshape(-1).numpy().astype(np.float32)
         ints = torch.round(qw.value / qw.scale).detach().numpy().astype(np.int8).transpose(0, 2, 1)[:, None]
@@ -302,7 +307,7 @@ class Graph:
                     quantized_dimension=0)
         (s_in,), _ = b.quant(x)
         bias = b.int32_bias("stem/bias", conv.bias.detach().numpy(), s_in, w_scale)
-        return b.conv_2d(x, w, bias, q=_scale(conv.output_quant), name="stem")
+        return b.conv_2d(x, w, bias, padding=padding, q=q, name=name)
 
     def block(self, x: int, block: nn.Module, label: str) -> int:
         b = self.b

@@ -61,20 +61,9 @@ class StreamGraph(Graph):
         else:  # two frames of zeros (the zero point) before the first; the firmware folds them into the conv
             x = b.reshape(x, [1, 1, self.frames, cfg.n_coeffs], name="stem/nhwc")
             x = b.pad(x, [(0, 0), (0, 0), (2, 0), (0, 0)], name="stem/causal")
-        x = self.conv(x)
-        return b.reshape(x, [1, -1, self.net.cfg.d_model], name="stem/tokens")
-
-    def conv(self, x: int) -> int:
-        conv, b = self.net.stem, self.b
-        qw = conv.quant_weight()
-        w_scale = qw.scale.detach().reshape(-1).numpy().astype(np.float32)
-        ints = torch.round(qw.value / qw.scale).detach().numpy().astype(np.int8).transpose(0, 2, 1)[:, None]
-        w = b.const("stem/weight", np.ascontiguousarray(ints), np.int8, scale=w_scale, zero_point=0,
-                    quantized_dimension=0)
-        (s_in,), _ = b.quant(x)
-        bias = b.int32_bias("stem/bias", conv.bias.detach().numpy(), s_in, w_scale)
         # straight onto the "embed" point, which QAT places right after the stem's own output quantizer
-        return b.conv_2d(x, w, bias, padding="VALID", q=self.q(self.net.quant, "embed"), name="embed")
+        x = self.int8_conv(x, self.net.stem, "VALID", self.q(self.net.quant, "embed"), "embed")
+        return b.reshape(x, [1, -1, self.net.cfg.d_model], name="stem/tokens")
 
     def key_gate(self, x: int, attn: OscillatorAttention, label: str) -> int | None:
         """A stream's gate: sigmoid(g_raw) per key, a table, [H, 1, T]."""
