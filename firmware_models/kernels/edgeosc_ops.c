@@ -47,77 +47,38 @@ static const int8_t *conv_patch(const EdgeoscConvParams *p, const int8_t *in, in
 #endif
 
 #if EDGEOSC_DSP
-/* The DSP path as one matrix product: rows of int8 inputs (minus zp_in) times rows of int8 weights in
- * their TFLite layout, two rows by two weight rows at a time. Each input row is widened once into int16
- * pairs in the lanes SXTB16 gives a weight word, (x0, x2) and (x1, x3), so a weight word takes one load,
- * two SXTB16 and feeds four SMLAD (two per input row). No repacking of the weights is needed. */
+/* The DSP path as one matrix product on weights packed at code generation (edgeosc_ops.h, EDGEOSC_PACKED): rows
+ * of int8 inputs widened once into int16 pairs in SXTB16's lanes, (x[d], x[d+2]) and (x[d+1], x[d+3]), times pairs
+ * of units whose packed words unpack into the same lanes with two SXTB16. Four rows share each unpacked weight
+ * word (four SMLAD per SXTB16); the input zero point is in the packed biases. */
 
-/* Rows a and b (depth int8 values, minus zp) widened and interleaved for two_row_dots: per 4 values the even
- * pairs of a and b, then their odd pairs, then the last depth % 4 values as int32s, a's and b's alternating. */
-static void widen_rows(const int8_t *a, const int8_t *b, int32_t depth, int32_t zp, int32_t *out) {
-  const int32_t zp2 = edgeosc_pair(-zp);
-  int32_t i;
-  for (i = 0; i + 4 <= depth; i += 4, out += 4) {
-    edgeosc_widen4(edgeosc_read4(a + i), zp2, out, out + 2);
-    edgeosc_widen4(edgeosc_read4(b + i), zp2, out + 1, out + 3);
+/* The four bytes at p as SXTB16's two pairs; with n < 4 of them, zeros after (a row's last groups) */
+static inline void widen_word(const int8_t *p, int32_t n, int32_t *even, int32_t *odd) {
+  int32_t w = 0, i;
+  if (n >= 4) {
+    w = edgeosc_read4(p);
+  } else {
+    for (i = 0; i < n; ++i) w |= (int32_t)((uint32_t)(uint8_t)p[i] << (8 * i));
   }
-  for (; i < depth; ++i, out += 2) out[0] = a[i] - zp, out[1] = b[i] - zp;
+  *even = __sxtb16(w), *odd = edgeosc_sxtb16_ror8(w);
 }
 
-/* One weight word of unit a against the row's pair words xe, xo: two SXTB16, two SMLAD (for DOT_1X4) */
-#define DOT_1X4_UNIT(a, load)                                                                  \
-  load "\n\tsxtb16 %[t], %[wd]\n\tsmlad %[" a "], %[xe], %[t], %[" a "]\n\t"                    \
-       "sxtb16 %[wd], %[wd], ror #8\n\tsmlad %[" a "], %[xo], %[wd], %[" a "]\n\t"
-
-/* Four depth values of row a against four weight rows (units 0, 1 at w and w + step, units 2, 3 at w2 and
- * w2 + step) */
-#define DOT_1X4_STEP                                                                                     \
-  "ldr %[xo], [%[x], #8]\n\tldr %[xe], [%[x]], #16\n\t" DOT_1X4_UNIT("a1", "ldr %[wd], [%[w], %[step]]")  \
-      DOT_1X4_UNIT("a0", "ldr %[wd], [%[w]], #4") DOT_1X4_UNIT("a3", "ldr %[wd], [%[w2], %[step]]")          \
-          DOT_1X4_UNIT("a2", "ldr %[wd], [%[w2]], #4")
-
-/* acc[u] += (row a of x) . (weight row u at w + u w_step), u < 4: for a single row (a stream's frame, a last odd
- * row), four weight rows sharing each load of the row; it reads only row a's pairs of widen_rows' layout. The
- * loop in assembly where EDGEOSC_ASM (13 registers, post-indexed loads, no index arithmetic). */
-static void dot_1x4(const int32_t *x, const int8_t *w, int32_t w_step, int32_t depth, int32_t acc[4]) {
-  int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], xe, xo, wd, t, i;
-  const int8_t *w2 = w + 2 * w_step; /* two pointers and one offset: units 0, 1 at w, units 2, 3 at w2 */
-  const int32_t *const x_end = x + 4 * (depth >> 2);
-#if EDGEOSC_ASM
-  if (x != x_end)
-    __asm__("1:\n\t" DOT_1X4_STEP "cmp %[x], %[end]\n\tbne 1b"
-            : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [x] "+r"(x), [w] "+r"(w), [w2] "+r"(w2),
-              [xe] "=&r"(xe), [xo] "=&r"(xo), [wd] "=&r"(wd), [t] "=&r"(t)
-            : [step] "r"(w_step), [end] "r"(x_end)
-            : "cc", "memory");
-#else
-  for (; x != x_end; x += 4, w += 4, w2 += 4) {
-    xe = x[0], xo = x[2];
-    wd = edgeosc_read4(w);
-    a0 = __smlad(xo, edgeosc_sxtb16_ror8(wd), __smlad(xe, __sxtb16(wd), a0));
-    wd = edgeosc_read4(w + w_step);
-    a1 = __smlad(xo, edgeosc_sxtb16_ror8(wd), __smlad(xe, __sxtb16(wd), a1));
-    wd = edgeosc_read4(w2);
-    a2 = __smlad(xo, edgeosc_sxtb16_ror8(wd), __smlad(xe, __sxtb16(wd), a2));
-    wd = edgeosc_read4(w2 + w_step);
-    a3 = __smlad(xo, edgeosc_sxtb16_ror8(wd), __smlad(xe, __sxtb16(wd), a3));
+/* `count` rows (1 or 4) of depth values widened into `groups` groups of four values (zeros past depth): per group
+ * the even pairs of the rows, then their odd pairs */
+static void widen(const int8_t *const *rows, int32_t count, int32_t depth, int32_t groups, int32_t *out) {
+  int32_t d = 0, r;
+  if (count == 4) { /* the whole words of four rows, unrolled */
+    const int8_t *const a = rows[0], *const b = rows[1], *const c = rows[2], *const e = rows[3];
+    for (; d + 4 <= depth; d += 4, out += 8) {
+      const int32_t wa = edgeosc_read4(a + d), wb = edgeosc_read4(b + d), wc = edgeosc_read4(c + d),
+                    we = edgeosc_read4(e + d);
+      out[0] = __sxtb16(wa), out[1] = __sxtb16(wb), out[2] = __sxtb16(wc), out[3] = __sxtb16(we);
+      out[4] = edgeosc_sxtb16_ror8(wa), out[5] = edgeosc_sxtb16_ror8(wb), out[6] = edgeosc_sxtb16_ror8(wc);
+      out[7] = edgeosc_sxtb16_ror8(we);
+    }
   }
-  (void)t;
-#endif
-  for (i = 0; i < (depth & 3); ++i, x += 2)
-    a0 += x[0] * w[i], a1 += x[0] * w[w_step + i], a2 += x[0] * w2[i], a3 += x[0] * w2[w_step + i];
-  acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
-}
-
-/* (row a of x) . (the weight row at w), for the units a multiple of 4 leaves */
-static inline int32_t dot_1x1(const int32_t *x, const int8_t *w, int32_t depth) {
-  int32_t acc = 0, n;
-  for (n = depth >> 2; n > 0; --n, w += 4, x += 4) {
-    const int32_t u = edgeosc_read4(w);
-    acc = __smlad(x[2], edgeosc_sxtb16_ror8(u), __smlad(x[0], __sxtb16(u), acc));
-  }
-  for (n = 0; n < (depth & 3); ++n, x += 2) acc += x[0] * w[n];
-  return acc;
+  for (; d < 4 * groups; d += 4, out += 2 * count)
+    for (r = 0; r < count; ++r) widen_word(rows[r] + d, depth - d, out + r, out + count + r);
 }
 
 /* Each channel's edgeosc_dsp_requant constants (EdgeoscChannelRequant.dsp's layout: 2M, right) written to k, once
@@ -151,246 +112,278 @@ static inline int32_t requant_dsp(int32_t acc, int32_t m2, int32_t right, int32_
 /* clamp(y, lo, 127) without a branch: SSAT to int8, then max with lo as USAT of the difference (at most 255) */
 static inline int32_t clamp_to_127(int32_t y, int32_t lo) { return (int32_t)__usat(__ssat(y, 8) - lo, 8) + lo; }
 
-/* out[u] = clamp(requant_u(acc[u]) + zp_out) for the n channels from `first`: a loop of its own, so that the
- * matrix product's registers are free and every constant here stays in one. */
-static void requant_row(const Output *o, int32_t first, const int32_t *acc, int32_t n, int8_t *out) {
-  const int32_t zp_out = o->zp_out, lo = o->lo, hi = o->hi;
-  int32_t u;
-  if (!o->k) { /* constants the DSP arithmetic cannot take */
-    for (u = 0; u < n; ++u) out[u] = channel_out(o->rq, first + u, acc[u], zp_out, lo, hi);
-  } else if (hi != 127) { /* an activation capped below 127 (ReLU6) */
-    for (u = 0; u < n; ++u) {
-      const int32_t *k = o->k + (o->rq->per_channel ? 2 * (first + u) : 0);
-      out[u] = (int8_t)clamp(requant_dsp(acc[u], k[0], k[1], (1 << k[1]) >> 1, zp_out), lo, hi);
+/* Output channels are taken UNIT_CHUNK at a time: their accumulators (four rows, 256 bytes) sit on the stack between
+ * the matrix product and the requantization (the firmware's stack is 1 KiB: firmware_models/tools/mps2.ld). */
+#define UNIT_CHUNK 16
+
+/* The same with c = 2^(right-1) + zp_out 2^right
+ * (requant_c): the zero point added before the shift, which is exact (a multiple of 2^right passes through it), and
+ * x - [x < 0] before the saturating add (x > INT32_MIN: |SRDHM(a, M)| < |a| for M < 2^31). Where QADD saturates
+ * the exact value is past int8 by the same sign, so both clamp alike (right <= 23). Scalars, kept in registers. */
+static inline int32_t requant_zp(int32_t acc, int32_t m2, int32_t right, int32_t c) {
+  const int32_t x = edgeosc_smmulr(acc, m2) + acc;
+  return __qadd(x + (x >> 31), c) >> right;
+}
+
+static inline int32_t requant_c(int32_t right, int32_t zp_out) {
+  return (int32_t)(((1u << right) >> 1) + ((uint32_t)zp_out << right));
+}
+
+static inline int32_t clamp_dsp(int32_t y, int32_t lo, int32_t hi, int full) {
+  return full ? __ssat(y, 8) : clamp(y, lo, hi);
+}
+
+/* rows[r][u] = clamp(requant_u(acc[r UNIT_CHUNK + u]) + zp_out) for rows r < count (1 or 4) and the n channels from
+ * `first`: a loop of its own, so that the matrix product's registers are free and a channel's constants serve
+ * its four rows. Inlined per case (per-channel or not, a clamp that is SSAT alone or not). */
+__attribute__((always_inline)) static inline void requant_units(const int32_t *k, int32_t k_step, int32_t zp,
+                                                                int32_t lo, int32_t hi, int full,
+                                                                const int32_t *acc, int32_t n, int32_t count,
+                                                                int8_t *const *rows) {
+  int8_t *const r0 = rows[0], *const r1 = rows[count - 1 < 1 ? 0 : 1], *const r2 = rows[count < 4 ? 0 : 2],
+         *const r3 = rows[count < 4 ? 0 : 3];
+  int32_t m2 = k[0], right = k[1], c = requant_c(right, zp), u;
+  for (u = 0; u < n; ++u, k += k_step) {
+    if (k_step) m2 = k[0], right = k[1], c = requant_c(right, zp);
+    r0[u] = (int8_t)clamp_dsp(requant_zp(acc[u], m2, right, c), lo, hi, full);
+    if (count == 4) {
+      r1[u] = (int8_t)clamp_dsp(requant_zp(acc[UNIT_CHUNK + u], m2, right, c), lo, hi, full);
+      r2[u] = (int8_t)clamp_dsp(requant_zp(acc[2 * UNIT_CHUNK + u], m2, right, c), lo, hi, full);
+      r3[u] = (int8_t)clamp_dsp(requant_zp(acc[3 * UNIT_CHUNK + u], m2, right, c), lo, hi, full);
     }
+  }
+}
+
+static void requant_rows(const Output *o, int32_t first, const int32_t *acc, int32_t n, int32_t count,
+                         int8_t *const *rows) {
+  const int32_t zp = o->zp_out, lo = o->lo, hi = o->hi, full = lo == -128 && hi == 127;
+  int8_t *at[4];
+  int32_t r, u;
+  for (r = 0; r < count; ++r) at[r] = rows[r] + first;
+  if (!o->k) { /* constants the DSP arithmetic cannot take */
+    for (r = 0; r < count; ++r)
+      for (u = 0; u < n; ++u) at[r][u] = channel_out(o->rq, first + u, acc[r * UNIT_CHUNK + u], zp, lo, hi);
   } else if (o->rq->per_channel) {
-    const int32_t *k = o->k + 2 * first;
-    for (u = 0; u < n; ++u, k += 2)
-      out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], k[0], k[1], (1 << k[1]) >> 1, zp_out), lo);
-  } else {
-    const int32_t m2 = o->k[0], right = o->k[1], half = (1 << right) >> 1;
-    if (lo == -128) /* no activation: the clamp is the SSAT alone */
-      for (u = 0; u + 2 <= n; u += 2) { /* two a trip: half the loop's branches */
-        out[u] = (int8_t)__ssat(requant_dsp(acc[u], m2, right, half, zp_out), 8);
-        out[u + 1] = (int8_t)__ssat(requant_dsp(acc[u + 1], m2, right, half, zp_out), 8);
-      }
+    const int32_t *const k = o->k + 2 * first;
+    if (count == 4)
+      full ? requant_units(k, 2, zp, lo, hi, 1, acc, n, 4, at) : requant_units(k, 2, zp, lo, hi, 0, acc, n, 4, at);
     else
-      for (u = 0; u + 2 <= n; u += 2) {
-        out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], m2, right, half, zp_out), lo);
-        out[u + 1] = (int8_t)clamp_to_127(requant_dsp(acc[u + 1], m2, right, half, zp_out), lo);
-      }
-    if (u < n) out[u] = (int8_t)clamp_to_127(requant_dsp(acc[u], m2, right, half, zp_out), lo);
+      full ? requant_units(k, 2, zp, lo, hi, 1, acc, n, 1, at) : requant_units(k, 2, zp, lo, hi, 0, acc, n, 1, at);
+  } else if (count == 4) {
+    full ? requant_units(o->k, 0, zp, lo, hi, 1, acc, n, 4, at) : requant_units(o->k, 0, zp, lo, hi, 0, acc, n, 4, at);
+  } else {
+    full ? requant_units(o->k, 0, zp, lo, hi, 1, acc, n, 1, at) : requant_units(o->k, 0, zp, lo, hi, 0, acc, n, 1, at);
   }
 }
 
-/* Output channels are taken UNIT_CHUNK at a time: their accumulators (two rows) sit on the stack between the
- * matrix product and the requantization. */
-#define UNIT_CHUNK 32
+/* A pair's packed bytes: its two biases, then two words a group */
+#define PAIR_BYTES(groups) (8 + 8 * (groups))
 
 #if EDGEOSC_ASM
-/* row_dots for `quads` groups of four weight rows, bias given, depth a multiple of 4: the loop over the groups in
- * assembly too, its four words of state (x, bias, acc, groups left) on the stack (as pair_dots_asm). */
-static void quad_dots_asm(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t quads,
-                          int32_t *acc) {
-  const int32_t *const x_end = x + depth, *xp = x;
-  const int8_t *wp = w, *w2 = w + 2 * depth;
-  int32_t a0, a1, a2, a3, step = depth;
-  int32_t xe = (int32_t)x, xo = (int32_t)bias, wd = (int32_t)acc, t = quads;
-  __asm__ volatile(
-      "sub sp, sp, #16\n\t"
-      "str %[xe], [sp]\n\tstr %[xo], [sp, #4]\n\tstr %[wd], [sp, #8]\n\tstr %[t], [sp, #12]\n\t"
-      "2:\n\t"
-      "ldr %[t], [sp, #4]\n\tldrd %[a0], %[a1], [%[t]], #8\n\tldrd %[a2], %[a3], [%[t]], #8\n\tstr %[t], [sp, #4]\n\t"
-      "ldr %[x], [sp]\n\t"
-      "1:\n\t" DOT_1X4_STEP "cmp %[x], %[end]\n\tbne 1b\n\t"
-      "add %[w], %[w2], %[step]\n\tadd %[w2], %[w], %[step], lsl #1\n\t" /* the next group: 4 rows on */
-      "ldr %[t], [sp, #8]\n\tstrd %[a0], %[a1], [%[t]], #8\n\tstrd %[a2], %[a3], [%[t]], #8\n\tstr %[t], [sp, #8]\n\t"
-      "ldr %[t], [sp, #12]\n\tsubs %[t], %[t], #1\n\tstr %[t], [sp, #12]\n\tbne 2b\n\t"
-      "add sp, sp, #16"
-      : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [x] "+r"(xp), [w] "+r"(wp), [w2] "+r"(w2),
-        [xe] "+r"(xe), [xo] "+r"(xo), [wd] "+r"(wd), [t] "+r"(t)
-      : [step] "r"(step), [end] "r"(x_end)
-      : "cc", "memory");
+/* block_dots in Thumb-2 assembly: the accumulators of the four rows by two units in r0-r7 (row r unit j in r(2r+j)),
+ * the weight word and its two unpacked pairs in r9 and r8, two input words in r10 r11, the input at r12 and the
+ * packed weights at lr; two groups a trip, the loads in runs of LDR (each after the first in one cycle). On the
+ * stack: x, x_end, acc, acc_end. */
+#define BLOCK_HALF /* one packed word (the even or the odd pairs of a group) times the four rows' input words */    \
+  "ldr r9, [lr], #4\n\tldr r10, [r12], #4\n\tldr r11, [r12], #4\n\tsxtb16 r8, r9\n\tsxtb16 r9, r9, ror #8\n\t"   \
+  "smlad r0, r10, r8, r0\n\tsmlad r1, r10, r9, r1\n\tsmlad r2, r11, r8, r2\n\tsmlad r3, r11, r9, r3\n\t"         \
+  "ldr r10, [r12], #4\n\tldr r11, [r12], #4\n\t"                                                                  \
+  "smlad r4, r10, r8, r4\n\tsmlad r5, r10, r9, r5\n\tsmlad r6, r11, r8, r6\n\tsmlad r7, r11, r9, r7\n\t"
+
+typedef char unit_chunk_is_16[UNIT_CHUNK == 16 ? 1 : -1]; /* the stores' offsets below: 64 bytes a row */
+
+/* (naked: x, x_end, w, acc arrive in r0-r3, acc_end on the stack; unnamed in C) */
+__attribute__((naked, noinline)) static void block_dots_asm(const int32_t *x __attribute__((unused)),
+                                                            const int32_t *x_end __attribute__((unused)),
+                                                            const int8_t *w __attribute__((unused)),
+                                                            int32_t *acc __attribute__((unused)),
+                                                            const int32_t *acc_end __attribute__((unused))) {
+  __asm__("ldr r12, [sp]\n\tpush {r4-r11, lr}\n\tmov lr, r2\n\tpush {r0, r1, r3, r12}\n"
+          "2:\n\t" /* a pair of units: the accumulators at its biases */
+          "ldrd r0, r1, [lr], #8\n\tldr r12, [sp]\n\t"
+          "mov r2, r0\n\tmov r3, r1\n\tmov r4, r0\n\tmov r5, r1\n\tmov r6, r0\n\tmov r7, r1\n"
+          "1:\n\t" BLOCK_HALF BLOCK_HALF BLOCK_HALF BLOCK_HALF
+          "ldr r8, [sp, #4]\n\tcmp r12, r8\n\tbne 1b\n\t"
+          /* the eight sums out, on to the next pair */
+          "ldr r9, [sp, #8]\n\t"
+          "str r2, [r9, #64]\n\tstr r3, [r9, #68]\n\tstr r4, [r9, #128]\n\tstr r5, [r9, #132]\n\t"
+          "str r6, [r9, #192]\n\tstr r7, [r9, #196]\n\tstrd r0, r1, [r9], #8\n\tstr r9, [sp, #8]\n\t"
+          "ldr r8, [sp, #12]\n\tcmp r9, r8\n\tbne 2b\n\t"
+          "add sp, sp, #16\n\tpop {r4-r11, pc}");
 }
 #endif
 
-/* acc[u] = bias[u] + (x - zp) . w_u for one widened row (a stream's frame, a last odd row) and n weight rows:
- * four at a time, then the n % 4 left one by one. */
-static void row_dots(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t n,
-                     int32_t *acc) {
-  int32_t u = 0, i;
+/* acc[r UNIT_CHUNK + 2 i + j] = bias + row r . unit 2 i + j for rows r < 4 (widen's four-row layout) and `pairs`
+ * packed unit pairs of `groups` groups (even) */
+static void block_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_t pairs, int32_t *acc) {
 #if EDGEOSC_ASM
-  if (bias && n >= 4 && (depth & 3) == 0) { /* the common case, all in assembly */
-    quad_dots_asm(x, w, bias, depth, n >> 2, acc);
-    u = n & ~3, w += u * depth;
-  }
-#endif
-  for (; u + 4 <= n; u += 4, w += 4 * depth) {
-    int32_t a[4] = {0, 0, 0, 0};
-    dot_1x4(x, w, depth, depth, a);
-    for (i = 0; i < 4; ++i) acc[u + i] = a[i] + (bias ? bias[u + i] : 0);
-  }
-  for (; u < n; ++u, w += depth) acc[u] = dot_1x1(x, w, depth) + (bias ? bias[u] : 0);
-}
-
-/* Four depth values of two rows by two weight rows (widen_rows' layout): a weight word takes one load and two
- * SXTB16 and feeds four SMLAD, two per input row; each input word feeds two. In assembly because the loop needs
- * 13 registers and the compiler spills its pointers at 14: loads LDRD and post-indexed, no index arithmetic. */
-#define DOT_2X2_STEP                                                                                     \
-  "ldrd %[xa], %[xb], [%[x]], #8\n\tldr %[w1], [%[w], %[step]]\n\tldr %[w0], [%[w]], #4\n\t"            \
-  "sxtb16 %[t], %[w0]\n\tsmlad %[a00], %[xa], %[t], %[a00]\n\tsmlad %[a10], %[xb], %[t], %[a10]\n\t"    \
-  "sxtb16 %[t], %[w1]\n\tsmlad %[a01], %[xa], %[t], %[a01]\n\tsmlad %[a11], %[xb], %[t], %[a11]\n\t"    \
-  "ldrd %[xa], %[xb], [%[x]], #8\n\tsxtb16 %[w0], %[w0], ror #8\n\tsxtb16 %[w1], %[w1], ror #8\n\t"     \
-  "smlad %[a00], %[xa], %[w0], %[a00]\n\tsmlad %[a10], %[xb], %[w0], %[a10]\n\t"                        \
-  "smlad %[a01], %[xa], %[w1], %[a01]\n\tsmlad %[a11], %[xb], %[w1], %[a11]\n\t"
-#define DOT_2X2_OPERANDS                                                                                  \
-  [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11), [x] "+r"(xp), [w] "+r"(wp),        \
-      [xa] "=&r"(xa), [xb] "=&r"(xb), [w0] "=&r"(w0), [w1] "=&r"(w1), [t] "=&r"(t)
-
-/* acc[0..3] = (a00, a01, a10, a11) plus the dot products of the two widened rows in x with the weight rows at
- * w and w + step, depth values each, eight a loop trip. */
-__attribute__((always_inline)) static inline void dot_2x2(const int32_t *x, const int8_t *w, int32_t step,
-                                                          int32_t depth, int32_t acc[4]) {
-  const int32_t *const x_end8 = x + 8 * (depth >> 3);
-  int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3], xa, xb, w0, w1, t, i;
-  const int32_t *xp = x;
-  const int8_t *wp = w;
-#if EDGEOSC_ASM
-  if (xp != x_end8)
-    __asm__("1:\n\t" DOT_2X2_STEP DOT_2X2_STEP "cmp %[x], %[end]\n\tbne 1b"
-            : DOT_2X2_OPERANDS
-            : [step] "r"(step), [end] "r"(x_end8)
-            : "cc", "memory");
-  if (depth & 4) __asm__(DOT_2X2_STEP : DOT_2X2_OPERANDS : [step] "r"(step) : "memory");
+  block_dots_asm(x, x + 8 * groups, w, acc, acc + 2 * pairs);
 #else
-  for (; xp != x_end8 + 4 * ((depth >> 2) & 1); xp += 4, wp += 4) {
-    xa = edgeosc_read4(wp), xb = edgeosc_read4(wp + step), w0 = __sxtb16(xa), w1 = __sxtb16(xb);
-    a00 = __smlad(xp[0], w0, a00), a10 = __smlad(xp[1], w0, a10);
-    a01 = __smlad(xp[0], w1, a01), a11 = __smlad(xp[1], w1, a11);
-    w0 = edgeosc_sxtb16_ror8(xa), w1 = edgeosc_sxtb16_ror8(xb);
-    a00 = __smlad(xp[2], w0, a00), a10 = __smlad(xp[3], w0, a10);
-    a01 = __smlad(xp[2], w1, a01), a11 = __smlad(xp[3], w1, a11);
+  int32_t i, g;
+  for (i = 0; i < pairs; ++i, acc += 2) {
+    const int32_t *const b = (const int32_t *)(const void *)w, *xp = x;
+    int32_t a00 = b[0], a01 = b[1], a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01;
+    for (g = 0, w += 8; g < 2 * groups; ++g, xp += 4, w += 4) { /* the even pairs of a group, then its odd */
+      int32_t wd = edgeosc_read4(w), t = __sxtb16(wd);
+      wd = edgeosc_sxtb16_ror8(wd);
+      a00 = __smlad(xp[0], t, a00), a01 = __smlad(xp[0], wd, a01), a10 = __smlad(xp[1], t, a10);
+      a11 = __smlad(xp[1], wd, a11), a20 = __smlad(xp[2], t, a20), a21 = __smlad(xp[2], wd, a21);
+      a30 = __smlad(xp[3], t, a30), a31 = __smlad(xp[3], wd, a31);
+    }
+    acc[0] = a00, acc[1] = a01, acc[UNIT_CHUNK] = a10, acc[UNIT_CHUNK + 1] = a11;
+    acc[2 * UNIT_CHUNK] = a20, acc[2 * UNIT_CHUNK + 1] = a21, acc[3 * UNIT_CHUNK] = a30, acc[3 * UNIT_CHUNK + 1] = a31;
   }
-  (void)t;
 #endif
-  for (i = 0; i < (depth & 3); ++i, xp += 2) {
-    a00 += xp[0] * wp[i], a01 += xp[0] * wp[step + i];
-    a10 += xp[1] * wp[i], a11 += xp[1] * wp[step + i];
-  }
-  acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
 }
 
 #if EDGEOSC_ASM
-/* two_row_dots for `pairs` pairs of weight rows, bias given, depth a multiple of 8: the loop over the pairs in
- * assembly too, its four words of state (x, bias, acc, pairs left) on the stack, as the dot loop holds 13
- * registers. Per pair: the accumulators start at the two biases (LDRD), the dot loop runs, the weights step
- * over the second row, the four sums go to acc (STRD and two STR). */
-static void pair_dots_asm(const int32_t *x, const int8_t *w, const int32_t *bias, int32_t depth, int32_t pairs,
-                          int32_t *acc) {
-  const int32_t *const x_end8 = x + depth, *xp = x;
-  const int8_t *wp = w;
-  int32_t a00, a01, a10, a11, t, step = depth;
-  int32_t xa = (int32_t)x, xb = (int32_t)bias, w0 = (int32_t)acc, w1 = pairs;
-  __asm__ volatile(
-      "sub sp, sp, #16\n\t"
-      "str %[xa], [sp]\n\tstr %[xb], [sp, #4]\n\tstr %[w0], [sp, #8]\n\tstr %[w1], [sp, #12]\n\t"
-      "2:\n\t"
-      "ldr %[xb], [sp, #4]\n\tldrd %[a00], %[a01], [%[xb]], #8\n\tstr %[xb], [sp, #4]\n\t"
-      "mov %[a10], %[a00]\n\tmov %[a11], %[a01]\n\tldr %[x], [sp]\n\t"
-      "1:\n\t" DOT_2X2_STEP DOT_2X2_STEP "cmp %[x], %[end]\n\tbne 1b\n\t"
-      "add %[w], %[w], %[step]\n\t"
-      "ldr %[xb], [sp, #8]\n\tstr %[a10], [%[xb], %[row1]]\n\tstr %[a11], [%[xb], %[row1_next]]\n\t"
-      "strd %[a00], %[a01], [%[xb]], #8\n\tstr %[xb], [sp, #8]\n\t"
-      "ldr %[xa], [sp, #12]\n\tsubs %[xa], %[xa], #1\n\tstr %[xa], [sp, #12]\n\tbne 2b\n\t"
-      "add sp, sp, #16"
-      : [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11), [x] "+r"(xp), [w] "+r"(wp),
-        [xa] "+r"(xa), [xb] "+r"(xb), [w0] "+r"(w0), [w1] "+r"(w1), [t] "=&r"(t)
-      : [step] "r"(step), [end] "r"(x_end8), [row1] "i"(4 * UNIT_CHUNK), [row1_next] "i"(4 * UNIT_CHUNK + 4)
-      : "cc", "memory");
+/* row_dots' pairs of pairs in Thumb-2 assembly: four units' sums in r0-r3, the row's two words of a group in r4 r5,
+ * each pair's two words in r6 r7 and r8 r9, an unpacked pair in r10, the row at r11, the pairs at r12 and lr; two
+ * groups a trip, the loads in one run of LDR. On the stack: x, x_end, acc, the pair stride, quads left. */
+#define ROW_GROUP                                                                                              \
+  "ldr r4, [r11], #4\n\tldr r5, [r11], #4\n\tldr r6, [r12], #4\n\tldr r7, [r12], #4\n\t"                         \
+  "ldr r8, [lr], #4\n\tldr r9, [lr], #4\n\t"                                                                     \
+  "sxtb16 r10, r6\n\tsmlad r0, r4, r10, r0\n\tsxtb16 r6, r6, ror #8\n\tsmlad r1, r4, r6, r1\n\t"                \
+  "sxtb16 r10, r8\n\tsmlad r2, r4, r10, r2\n\tsxtb16 r8, r8, ror #8\n\tsmlad r3, r4, r8, r3\n\t"                \
+  "sxtb16 r10, r7\n\tsmlad r0, r5, r10, r0\n\tsxtb16 r7, r7, ror #8\n\tsmlad r1, r5, r7, r1\n\t"                \
+  "sxtb16 r10, r9\n\tsmlad r2, r5, r10, r2\n\tsxtb16 r9, r9, ror #8\n\tsmlad r3, r5, r9, r3\n\t"
+
+/* (naked: x, x_end, w, acc arrive in r0-r3, quads on the stack; unnamed in C) */
+__attribute__((naked, noinline)) static void row_quads_asm(const int32_t *x __attribute__((unused)),
+                                                           const int32_t *x_end __attribute__((unused)),
+                                                           const int8_t *w __attribute__((unused)),
+                                                           int32_t *acc __attribute__((unused)),
+                                                           int32_t quads __attribute__((unused))) {
+  __asm__("ldr r12, [sp]\n\tpush {r4-r11, lr}\n\tsub r4, r1, r0\n\tadd r4, r4, #8\n\t"
+          "push {r0, r1, r3, r4, r12}\n\tmov r12, r2\n"
+          "2:\n\t" /* two pairs of units: the sums at their biases */
+          "ldr r4, [sp, #12]\n\tadd lr, r12, r4\n\tldrd r0, r1, [r12], #8\n\tldrd r2, r3, [lr], #8\n\tldr r11, [sp]\n"
+          "1:\n\t" ROW_GROUP ROW_GROUP "ldr r10, [sp, #4]\n\tcmp r11, r10\n\tbne 1b\n\t"
+          "ldr r10, [sp, #8]\n\tstm r10!, {r0-r3}\n\tstr r10, [sp, #8]\n\tmov r12, lr\n\t"
+          "ldr r10, [sp, #16]\n\tsubs r10, r10, #1\n\tstr r10, [sp, #16]\n\tbne 2b\n\t"
+          "add sp, sp, #20\n\tpop {r4-r11, pc}");
 }
 #endif
 
-/* acc[u] and acc[UNIT_CHUNK + u] = bias[u] + (x_r - zp) . w_u for the two widened rows in x and n weight rows,
- * two weight rows at a time (a last odd one paired with itself). */
-__attribute__((noinline)) static void two_row_dots(const int32_t *x, const int8_t *w, const int32_t *bias,
-                                                   int32_t depth, int32_t n, int32_t *acc) {
-  int32_t u = 0, a[4];
+/* acc[2 i + j] = bias + the row . unit 2 i + j for one widened row (widen's one-row layout) and `pairs` packed unit
+ * pairs of `groups` groups (even): two pairs at a time, each input pair feeding four SMLAD. */
+static void row_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_t pairs, int32_t *acc) {
+  const int32_t *xp, *const x_end = x + 2 * groups;
+  int32_t i = 0;
 #if EDGEOSC_ASM
-  if (bias && n >= 2 && (depth & 7) == 0) { /* the common case, all in assembly */
-    pair_dots_asm(x, w, bias, depth, n >> 1, acc);
-    u = n & ~1, w += u * depth, acc += u;
+  if (pairs >= 2) {
+    row_quads_asm(x, x_end, w, acc, pairs >> 1);
+    i = pairs & ~1, acc += 2 * i, w += i * PAIR_BYTES(groups);
   }
 #endif
-  for (; u + 2 <= n; u += 2, w += 2 * depth, acc += 2) {
-    a[0] = a[2] = bias ? bias[u] : 0;
-    a[1] = a[3] = bias ? bias[u + 1] : 0;
-    dot_2x2(x, w, depth, depth, a);
-    acc[0] = a[0], acc[1] = a[1], acc[UNIT_CHUNK] = a[2], acc[UNIT_CHUNK + 1] = a[3];
+  for (; i + 2 <= pairs; i += 2, acc += 4, w += 2 * PAIR_BYTES(groups)) {
+    const int8_t *w0 = w + 8, *w1 = w + PAIR_BYTES(groups) + 8;
+    const int32_t *const b0 = (const int32_t *)(const void *)w, *const b1 = (const int32_t *)(const void *)(w1 - 8);
+    int32_t a0 = b0[0], a1 = b0[1], a2 = b1[0], a3 = b1[1];
+    for (xp = x; xp != x_end; xp += 2, w0 += 8, w1 += 8) {
+      const int32_t p0 = edgeosc_read4(w0), p1 = edgeosc_read4(w1), q0 = edgeosc_read4(w0 + 4),
+                    q1 = edgeosc_read4(w1 + 4);
+      a0 = __smlad(xp[0], __sxtb16(p0), a0), a1 = __smlad(xp[0], edgeosc_sxtb16_ror8(p0), a1);
+      a2 = __smlad(xp[0], __sxtb16(p1), a2), a3 = __smlad(xp[0], edgeosc_sxtb16_ror8(p1), a3);
+      a0 = __smlad(xp[1], __sxtb16(q0), a0), a1 = __smlad(xp[1], edgeosc_sxtb16_ror8(q0), a1);
+      a2 = __smlad(xp[1], __sxtb16(q1), a2), a3 = __smlad(xp[1], edgeosc_sxtb16_ror8(q1), a3);
+    }
+    acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
   }
-  if (n & 1) {
-    a[0] = a[1] = a[2] = a[3] = bias ? bias[u] : 0;
-    dot_2x2(x, w, 0, depth, a);
-    acc[0] = a[0], acc[UNIT_CHUNK] = a[2];
+  if (i < pairs) { /* an odd last pair */
+    const int32_t *const b = (const int32_t *)(const void *)w;
+    int32_t a0 = b[0], a1 = b[1];
+    for (xp = x, w += 8; xp != x_end; xp += 2, w += 8) {
+      const int32_t p = edgeosc_read4(w), q = edgeosc_read4(w + 4);
+      a0 = __smlad(xp[1], __sxtb16(q), __smlad(xp[0], __sxtb16(p), a0));
+      a1 = __smlad(xp[1], edgeosc_sxtb16_ror8(q), __smlad(xp[0], edgeosc_sxtb16_ror8(p), a1));
+    }
+    acc[0] = a0, acc[1] = a1;
   }
 }
 
-/* out[r, u] = requant(bias[u] + (x_r - zp) . w_u) for the two widened rows in x (one row, r1 == r0, for a
- * last odd row or a stream's frame): FULLY_CONNECTED / CONV_2D output rows r0 and r1. */
-static void rows_times_weights(const int32_t *x, const int8_t *weights, const int32_t *bias, int32_t depth,
-                               int32_t units, const Output *o, int8_t *r0, int8_t *r1) {
-  int32_t acc[2 * UNIT_CHUNK];
+/* out[r][u] = requant(bias + row r . unit u) for `count` (1 or 4) input rows (out_rows[r]) and all units */
+static void rows_times_weights(const int8_t *const *rows, int32_t count, const int8_t *packed, int32_t depth,
+                               int32_t units, const Output *o, int8_t *const *out_rows, int32_t *x) {
+  const int32_t groups = 2 * ((depth + 7) >> 3);
+  int32_t acc[4 * UNIT_CHUNK];
   int32_t u;
+  widen(rows, count, depth, groups, x);
   for (u = 0; u < units; u += UNIT_CHUNK) {
     const int32_t n = units - u < UNIT_CHUNK ? units - u : UNIT_CHUNK;
-    const int32_t *const b = bias ? bias + u : 0;
-    if (r1 == r0) {
-      row_dots(x, weights + u * depth, b, depth, n, acc);
-    } else {
-      two_row_dots(x, weights + u * depth, b, depth, n, acc);
-      requant_row(o, u, acc + UNIT_CHUNK, n, r1 + u);
-    }
-    requant_row(o, u, acc, n, r0 + u);
+    const int8_t *const w = packed + (u >> 1) * PAIR_BYTES(groups);
+    if (count == 4)
+      block_dots(x, w, groups, (n + 1) >> 1, acc);
+    else
+      row_dots(x, w, groups, (n + 1) >> 1, acc);
+    requant_rows(o, u, acc, n, count, out_rows);
   }
 }
 
-/* scratch: the two widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
+/* The rows of `in` (FULLY_CONNECTED: rows of depth values; CONV_2D: its output pixels' receptive fields, `field`)
+ * four at a time, then one by one. */
+typedef const int8_t *(*RowOf)(const void *p, const int8_t *in, int32_t r, int8_t *buf);
+
+static void matrix_times_weights(RowOf row_of, const void *p, const int8_t *in, int32_t rows, int32_t depth,
+                                 int32_t units, const int8_t *packed, const Output *o, int8_t *out, int32_t *x,
+                                 int8_t *bufs) {
+  const int8_t *r_in[4];
+  int8_t *r_out[4];
+  int32_t r, i;
+  for (r = 0; r < rows;) {
+    const int32_t count = rows - r >= 4 ? 4 : 1;
+    for (i = 0; i < count; ++i, ++r) r_in[i] = row_of(p, in, r, bufs + i * depth), r_out[i] = out + r * units;
+    rows_times_weights(r_in, count, packed, depth, units, o, r_out, x);
+  }
+}
+
+static const int8_t *fc_row(const void *p, const int8_t *in, int32_t r, int8_t *buf) {
+  (void)buf;
+  return in + r * ((const EdgeoscFcParams *)p)->depth;
+}
+
+static const int8_t *conv_row(const void *p, const int8_t *in, int32_t r, int8_t *buf) {
+  return conv_patch((const EdgeoscConvParams *)p, in, r, buf);
+}
+
+/* scratch: the widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
 static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t D = p->depth, U = p->units;
   const Output o = {&p->rq, p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, U, wide + EDGEOSC_WIDE_WORDS(D)),
                     p->zp_out, p->act_min, p->act_max};
   int32_t r;
-  if (U == 1) { /* one output (a layer norm's mean): the weight row widened once, the rows read as int8 words */
-    int32_t sum_w = 0, d;
-    for (d = 0; d < D; ++d) sum_w += p->weights[d];
-    widen_rows(p->weights, p->weights, D, 0, wide);
+  if (U == 1) { /* one output (a layer norm's mean): the weight row widened once, each row's words unpacked */
+    const int8_t *const w = p->weights;
+    const int32_t groups = (D + 3) >> 2;
+    int32_t sum_w = 0, d, g;
+    for (d = 0; d < D; ++d) sum_w += w[d];
+    widen(&w, 1, D, groups, wide);
     sum_w = (p->bias ? p->bias[0] : 0) - p->zp_in * sum_w; /* (x - zp) . w = x . w - zp sum(w) */
     for (r = 0; r < p->rows; ++r, in += D) {
-      const int32_t acc = dot_1x1(wide, in, D) + sum_w;
-      out[r] = o.k ? (int8_t)clamp(requant_dsp(acc, o.k[0], o.k[1], (1 << o.k[1]) >> 1, o.zp_out), o.lo, o.hi)
+      int32_t acc = sum_w, e, od;
+      for (g = 0; g < D >> 2; ++g) {
+        const int32_t v = edgeosc_read4(in + 4 * g);
+        acc = __smlad(wide[2 * g + 1], edgeosc_sxtb16_ror8(v), __smlad(wide[2 * g], __sxtb16(v), acc));
+      }
+      if (D & 3) {
+        widen_word(in + 4 * g, D & 3, &e, &od);
+        acc = __smlad(wide[2 * g + 1], od, __smlad(wide[2 * g], e, acc));
+      }
+      out[r] = o.k ? (int8_t)clamp(requant_zp(acc, o.k[0], o.k[1], requant_c(o.k[1], o.zp_out)), o.lo, o.hi)
                    : channel_out(&p->rq, 0, acc, o.zp_out, o.lo, o.hi);
     }
     return;
   }
-  for (r = 0; r < p->rows; r += 2) {
-    const int32_t two = r + 1 < p->rows;
-    widen_rows(in + r * D, in + (r + two) * D, D, p->zp_in, wide);
-    rows_times_weights(wide, p->weights, p->bias, D, U, &o, out + r * U, out + (r + two) * U);
-  }
+  matrix_times_weights(fc_row, p, in, p->rows, D, U, p->packed, &o, out, wide, 0);
 }
 
-/* scratch: the widened rows, the two receptive fields (K bytes each), prepare_requant's constants */
+/* scratch: the widened rows, the four receptive fields (K bytes each), prepare_requant's constants */
 static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
-  const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c, pixels = p->out_h * p->out_w;
-  int8_t *const patch = (int8_t *)(wide + EDGEOSC_WIDE_WORDS(K));
-  const int32_t *const k =
-      p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, C, wide + EDGEOSC_WIDE_WORDS(K) + (K + 1) / 2);
+  const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c;
+  int8_t *const fields = (int8_t *)(wide + EDGEOSC_WIDE_WORDS(K));
+  const int32_t *const k = p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, C, wide + EDGEOSC_WIDE_WORDS(K) + K);
   const Output q = {&p->rq, k, p->zp_out, p->act_min, p->act_max};
-  int32_t o;
-  for (o = 0; o < pixels; o += 2) {
-    const int32_t two = o + 1 < pixels;
-    widen_rows(conv_patch(p, in, o, patch), conv_patch(p, in, o + two, patch + K), K, p->zp_in, wide);
-    rows_times_weights(wide, p->weights, p->bias, K, C, &q, out + o * C, out + (o + two) * C);
-  }
+  matrix_times_weights(conv_row, p, in, p->out_h * p->out_w, K, C, p->packed, &q, out, wide, fields);
 }
 #endif
 
@@ -448,7 +441,7 @@ static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out,
 void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t oy, ox, oc, ky, kx, ic;
 #if EDGEOSC_DSP || EDGEOSC_NEON
-  if (scratch) { /* the DSP or the NEON path, whichever this build has */
+  if (scratch && (EDGEOSC_NEON || p->packed)) { /* the DSP or the NEON path, whichever this build has */
     conv_fast(p, in, out, scratch);
     return;
   }
@@ -614,7 +607,7 @@ void edgeosc_avg_pool_int8(const EdgeoscAvgPoolParams *p, const int8_t *in, int8
 void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t r, u, d;
 #if EDGEOSC_DSP || EDGEOSC_NEON
-  if (scratch) { /* the DSP or the NEON path, whichever this build has */
+  if (scratch && (EDGEOSC_NEON || p->packed || p->units == 1)) { /* the DSP or NEON path, this build's */
     fc_fast(p, in, out, scratch);
     return;
   }

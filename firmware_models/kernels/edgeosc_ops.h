@@ -26,6 +26,24 @@ typedef struct {
   const int32_t *dsp;
 } EdgeoscChannelRequant;
 
+/* EDGEOSC_PACKED: this build's FULLY_CONNECTED / CONV_2D read their weights packed at code generation (the DSP path
+ * of Armv7E-M / Armv8-M with the DSP extension), not in TFLite's layout. Generated firmware keeps only the layout
+ * its build reads (EDGEOSC_PACKED_OR). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && !defined(EDGEOSC_PORTABLE)
+#define EDGEOSC_PACKED 1
+#define EDGEOSC_PACKED_OR(packed, plain) packed
+#else
+#define EDGEOSC_PACKED 0
+#define EDGEOSC_PACKED_OR(packed, plain) plain
+#endif
+
+/* EDGEOSC_PACKED builds read FULLY_CONNECTED / CONV_2D weights [units, depth] packed (export/c/ops.py pack_weights):
+ * units in pairs (an odd last unit paired with zeros), depth in an even number of groups of four (zero-filled); per
+ * pair its two biases as int32, each bias[u] - zp_in sum_d w[u][d] (the input zero point folded in), then per group
+ * two words: A = the bytes (w[u][d], w[u+1][d], w[u][d+2], w[u+1][d+2]) and B the same at d + 1, so that SXTB16 of
+ * a word is unit u's int16 pair and SXTB16 ror 8 unit u + 1's, the lanes SXTB16 gives an input word: (x[d], x[d+2])
+ * and (x[d+1], x[d+3]). Word-aligned. */
+
 /* CONV_2D on one NHWC image with OHWI weights (batch 1). Taps outside the image are skipped, as
  * TFLite's reference kernel does (the same as padding with the input zero point). */
 typedef struct {
@@ -35,14 +53,16 @@ typedef struct {
   const int8_t *weights;
   const int32_t *bias; /* [out_c] or NULL */
   EdgeoscChannelRequant rq;
+  const int8_t *packed; /* EDGEOSC_PACKED builds' weights and bias (then NULL in weights and bias), or NULL */
 } EdgeoscConvParams;
 
-/* scratch: EDGEOSC_CONV_SCRATCH_WORDS(...) int32 words for the fast paths (two receptive fields, widened, and
- * each channel's requantization constants), or NULL for the portable loops. */
+/* scratch: EDGEOSC_CONV_SCRATCH_WORDS(...) int32 words for the fast paths (four receptive fields, widened, and
+ * each channel's requantization constants), or NULL for the portable loops. The DSP path runs on packed weights
+ * (p->packed), the portable loops where there are none. */
 void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
 
 #define EDGEOSC_CONV_SCRATCH_WORDS(k_h, k_w, in_c, out_c) \
-  (EDGEOSC_FC_SCRATCH_WORDS((k_h) * (k_w) * (in_c), out_c) + ((k_h) * (k_w) * (in_c) + 1) / 2)
+  (EDGEOSC_FC_SCRATCH_WORDS((k_h) * (k_w) * (in_c), out_c) + (k_h) * (k_w) * (in_c))
 
 /* DEPTHWISE_CONV_2D on one NHWC image, the same parameters as CONV_2D with weights [1, k_h, k_w, out_c] and
  * out_c a multiple of in_c (output channel c reads input channel c / (out_c / in_c)), as TFLite's
@@ -65,13 +85,15 @@ typedef struct {
   const int8_t *weights;
   const int32_t *bias; /* [units] or NULL */
   EdgeoscChannelRequant rq;
+  const int8_t *packed; /* EDGEOSC_PACKED builds' weights and bias (then NULL in weights and bias), or NULL */
 } EdgeoscFcParams;
 
-/* scratch: EDGEOSC_FC_SCRATCH_WORDS(depth, units) int32 words for the fast paths (two input rows widened to
- * int16, then two words of requantization constants per channel), or NULL for the portable loops. */
+/* scratch: EDGEOSC_FC_SCRATCH_WORDS(depth, units) int32 words for the fast paths (four input rows widened to
+ * int16, then two words of requantization constants per channel), or NULL for the portable loops. The DSP path
+ * runs on packed weights (p->packed; a single unit on p->weights), the portable loops where there are none. */
 void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
 
-#define EDGEOSC_WIDE_WORDS(depth) ((depth) + 6)
+#define EDGEOSC_WIDE_WORDS(depth) (16 * (((depth) + 7) / 8))
 #define EDGEOSC_FC_SCRATCH_WORDS(depth, units) (EDGEOSC_WIDE_WORDS(depth) + 2 * (units))
 
 /* Sum pooling over the rows of in [rows, cols] -> out [cols]: what TRANSPOSE to [cols, rows] followed by

@@ -157,6 +157,14 @@ class Ref:
 
 
 @dataclass
+class Only:
+    """A parameter one kind of build reads: those that read packed weights (packed, EDGEOSC_PACKED: the DSP path)
+    or the others; the other kind gets NULL, and an array only it reads is left out of its build."""
+    value: Array | Ref | None
+    packed: bool
+
+
+@dataclass
 class Slot:
     """A ring's next slot: an int32 in the arena, kept between runs (a streaming model's)."""
     ring: int
@@ -233,7 +241,42 @@ def channel_rq(x: Tensor, w: Tensor, out: Tensor, label: str, conv: bool = False
 
 def fast_scratch_words(depth: int, units: int, rq: Struct) -> int:
     """EDGEOSC_FC_SCRATCH_WORDS less the constants' 2 words per channel where code generation wrote them."""
-    return depth + 6 + (0 if rq.fields["dsp"] is not None else 2 * units)
+    return 8 * 2 * -(-depth // 8) + (0 if rq.fields["dsp"] is not None else 2 * units)
+
+
+NO_DSP = Struct("EdgeoscChannelRequant", dict(dsp=None))  # fast_scratch_words of constants prepared per call
+
+
+def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int) -> np.ndarray:
+    """The packed weights of EDGEOSC_PACKED builds (edgeosc_ops.h) from int8 weights [units, depth] and their int32
+    bias (or None), as bytes: per pair of units (zero-padded) its two biases less zp_in sum_d w[u][d] (int32, little
+    endian), then per group of four depth values (an even number of groups, zero-padded) the words A (w[u][d],
+    w[u+1][d], w[u][d+2], w[u+1][d+2]) and B (the same at d + 1)."""
+    w = np.asarray(w, np.int8)
+    units, depth = w.shape
+    pairs, groups = -(-units // 2), 2 * -(-depth // 8)
+    full = np.zeros((2 * pairs, 4 * groups), np.int8)
+    full[:units, :depth] = w
+    # [pair, unit of the pair, group, half (d, d+1 | d+2, d+3), parity] -> [pair, group, parity (word), half, unit]
+    words = full.reshape(pairs, 2, groups, 2, 2).transpose(0, 2, 4, 3, 1).reshape(pairs, -1)
+    folded = np.zeros(2 * pairs, np.int64)
+    folded[:units] = (0 if bias is None else np.asarray(bias, np.int64)) - zp_in * w.astype(np.int64).sum(1)
+    if np.any(np.abs(folded) >= 1 << 31):
+        raise UnsupportedGraph(f"a bias with the input zero point folded in passes int32 ({folded.min()}..{folded.max()})")
+    biases = folded.astype("<i4").view(np.int8).reshape(pairs, 8)
+    return np.concatenate([biases, words], 1).ravel()
+
+
+def packed_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors) -> dict:
+    """The weights, bias and packed fields of a FULLY_CONNECTED / CONV_2D parameter struct: the packed form for the
+    DSP path's builds, TFLite's for the others (a single unit keeps TFLite's in both: the DSP path reads it so)."""
+    units = w.shape[0]
+    plain = dict(weights=Ref(w.index), bias=Ref(bias) if bias is not None else None)
+    if units == 1:
+        return dict(**plain, packed=None)
+    packed = pack_weights(w.data.reshape(units, -1), None if bias is None else g_tensors[bias].data, zp_in)
+    return dict(weights=Only(plain["weights"], False), bias=Only(plain["bias"], False),
+                packed=Only(Array(packed, f"{label}_packed"), True))
 
 
 def broadcast(a: tuple, b: tuple, out: tuple) -> dict:
@@ -634,7 +677,8 @@ class Lowering:
             geo.update(in_h=x.shape[1], in_w=x.shape[2], pad_top=top, pad_left=left)
         p = Struct("EdgeoscConvParams", dict(
             **geo, in_c=x.shape[3], out_c=out.shape[3], zp_in=x.z, zp_out=out.z,
-            act_min=lo, act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
+            act_min=lo, act_max=hi, **(packed_fields(w, bias, x.z, out.name, self.g.tensors) if dsp else dict(
+                weights=Ref(w.index), bias=Ref(bias) if bias is not None else None)),
             rq=channel_rq(x, w, out, out.name, conv=True, dsp=dsp)))
         return x, out, p
 
@@ -645,7 +689,7 @@ class Lowering:
             raise UnsupportedGraph(f"{out.name}: CONV_2D weights {w.shape} do not map {x.shape} to {out.shape}")
         K = w.shape[1] * w.shape[2] * w.shape[3]  # EDGEOSC_CONV_SCRATCH_WORDS: the fast paths' scratch
         return self.emit("edgeosc_conv2d_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
-                         scratch=4 * (fast_scratch_words(K, w.shape[0], p.fields["rq"]) + (K + 1) // 2))
+                         scratch=4 * (fast_scratch_words(K, w.shape[0], p.fields["rq"]) + K))
 
     def op_depthwise_conv_2d(self, op: Op):
         w, out = self.t(op.inputs[1]), self.t(op.outputs[0])
@@ -682,8 +726,7 @@ class Lowering:
         lo, hi = act_range(out, op.options.fusedActivationFunction)
         p = Struct("EdgeoscFcParams", dict(
             rows=x.size // w.shape[1], depth=w.shape[1], units=w.shape[0], zp_in=x.z, zp_out=out.z, act_min=lo,
-            act_max=hi, weights=Ref(w.index), bias=Ref(bias) if bias is not None else None,
-            rq=channel_rq(x, w, out, out.name)))
+            act_max=hi, **packed_fields(w, bias, x.z, out.name, self.g.tensors), rq=channel_rq(x, w, out, out.name)))
         return self.emit("edgeosc_fc_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
                          scratch=4 * fast_scratch_words(w.shape[1], w.shape[0], p.fields["rq"]))
 
