@@ -77,6 +77,11 @@ static void widen(const int8_t *const *rows, int32_t count, int32_t depth, int32
       out[7] = edgeosc_sxtb16_ror8(we);
     }
   }
+  if (count == 1)
+    for (; d + 4 <= depth; d += 4, out += 2) {
+      const int32_t wa = edgeosc_read4(rows[0] + d);
+      out[0] = __sxtb16(wa), out[1] = edgeosc_sxtb16_ror8(wa);
+    }
   for (; d < 4 * groups; d += 4, out += 2 * count)
     for (r = 0; r < count; ++r) widen_word(rows[r] + d, depth - d, out + r, out + count + r);
 }
@@ -308,9 +313,10 @@ static void rows_times_weights(const int8_t *const *rows, int32_t count, const i
   const int32_t groups = 2 * ((depth + 7) >> 3);
   int32_t acc[4 * UNIT_CHUNK];
   int32_t u;
+  const int32_t chunk = count == 4 ? UNIT_CHUNK : 4 * UNIT_CHUNK; /* a single row's sums fill the whole of acc */
   widen(rows, count, depth, groups, x);
-  for (u = 0; u < units; u += UNIT_CHUNK) {
-    const int32_t n = units - u < UNIT_CHUNK ? units - u : UNIT_CHUNK;
+  for (u = 0; u < units; u += chunk) {
+    const int32_t n = units - u < chunk ? units - u : chunk;
     const int8_t *const w = packed + (u >> 1) * PAIR_BYTES(groups);
     if (count == 4)
       block_dots(x, w, groups, (n + 1) >> 1, acc);
