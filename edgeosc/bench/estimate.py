@@ -502,6 +502,12 @@ int edgeosc_bench_conv(const int32_t *f, const int8_t *w, const int32_t *bias, c
   return 0;
 }
 
+/* L2_NORMALIZATION: f = rows, depth, zero point */
+int edgeosc_bench_l2norm(const int32_t *f, const int8_t *in, int8_t *out) {
+  edgeosc_l2norm_int8(f[0], f[1], f[2], in, out);
+  return 0;
+}
+
 /* ADD / SUB: f = dims[4], stride_a[4], stride_b[4], zp_a, zp_b, zp_out, act_min, act_max, subtract; mult and
  * shift: a's, b's, the output's. */
 int edgeosc_bench_add(const int32_t *f, const int8_t *b, const int32_t *bias, const int32_t *mult,
@@ -522,8 +528,8 @@ int edgeosc_bench_add(const int32_t *f, const int8_t *b, const int32_t *bias, co
 
 def default_kernel_shapes() -> list[dict]:
     """The builtin kernels of the default small model (models/kws.py SIZES["small"], 49 frames x 40 coefficients)
-    at their shapes: the stem, the attention projections, the feed-forward pair, the classifier, a residual ADD
-    and the layer norm's SUB of the row mean."""
+    at their shapes: the stem, the attention projections, the feed-forward pair, the classifier, the layer norm's
+    L2 normalisation, a residual ADD and the layer norm's SUB of the row mean."""
     from ..config import ModelConfig
     from ..models.kws import resolve
     m = resolve(ModelConfig())
@@ -534,6 +540,7 @@ def default_kernel_shapes() -> list[dict]:
             dict(op="FULLY_CONNECTED", name="feed-forward down", rows=T, depth=2 * d, units=d),
             dict(op="FULLY_CONNECTED", name="layer-norm mean", rows=T, depth=d, units=1),
             dict(op="FULLY_CONNECTED", name="classifier", rows=1, depth=d, units=m.n_classes),
+            dict(op="L2_NORMALIZATION", name="layer norm", rows=T, depth=d),
             dict(op="ADD", name="residual", rows=T, cols=d),
             dict(op="SUB", name="layer-norm center", rows=T, cols=d, row_broadcast=1)]
 
@@ -547,6 +554,14 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     from ..export.c.ops import NO_DSP, dsp_requant, fast_scratch_words, pack_weights
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
+    if spec["op"] == "L2_NORMALIZATION":  # "rows" x "depth", zero point "zp" (random otherwise)
+        rows, depth = spec["rows"], spec["depth"]
+        zp = int(spec.get("zp", rng.integers(-128, 128)))
+        x = i8(rows, depth)
+        if spec.get("zero_rows"):  # rows at the zero point: no norm (TFLite's output 0)
+            x[::2] = zp
+        bufs = dict(f=np.array([rows, depth, zp], np.int32), x=x, out=np.zeros(rows * depth, np.int8))
+        return "edgeosc_bench_l2norm", ["f", "x", "out"], bufs, 0
     if spec["op"] in ("ADD", "SUB"):  # "rows" x "cols", b broadcast along the row when "row_broadcast"
         rows, cols, lo, hi = spec["rows"], spec["cols"], *spec.get("act", (-128, 127))
         row_b = int(spec.get("row_broadcast", 0))
@@ -599,7 +614,7 @@ def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None,
     the portable reference path (-DEDGEOSC_PORTABLE), both emulated on `core` with the same random int8 data.
 
     One row per kernel (default_kernel_shapes() unless given): op, name, shape, macs, cycles and cycles_per_mac
-    (the fast path), reference_cycles and reference_cycles_per_mac (None for ADD / SUB, which have no MACs),
+    (the fast path), reference_cycles and reference_cycles_per_mac (None for ADD / SUB and L2_NORMALIZATION, which have no MACs),
     cycles_per_output, speedup. The fast path's output must equal the reference path's, bit for bit, or
     RuntimeError is raised. `flags`: the fast build's (e.g. -DEDGEOSC_NO_ASM for its loops in C).
     """

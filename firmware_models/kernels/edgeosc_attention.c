@@ -16,12 +16,37 @@ static void l2norm_int32(const int32_t *d, int n, int8_t *out) {
 
 void edgeosc_l2norm_row_int8(const int8_t *x, int n, int32_t zero_point, int8_t *out) {
   int32_t acc = 0, mult;
-  int i, shift;
-  for (i = 0; i < n; ++i) {
+  int i = 0, shift;
+#if EDGEOSC_DSP /* four values a word: their pairs minus the zero point squared and summed by SMLAD */
+  const int32_t zp2 = edgeosc_pair(-zero_point);
+  EdgeoscDspRequant q;
+  for (; i + 4 <= n; i += 4) {
+    int32_t even, odd;
+    edgeosc_widen4(edgeosc_read4(x + i), zp2, &even, &odd);
+    acc = __smlad(even, even, __smlad(odd, odd, acc));
+  }
+#endif
+  for (; i < n; ++i) {
     const int32_t d = x[i] - zero_point;
     acc += d * d;
   }
   edgeosc_inv_sqrt_multiplier(acc, &mult, &shift);
+#if EDGEOSC_DSP /* edgeosc_mbqm on the DSP arithmetic where its constants allow: a left shift alone (|x| 2^left < 2^31;
+                * 1/sqrt's multipliers are not normalised), or edgeosc_dsp_requant_init's right shifts */
+  if (mult >= 0 && shift + 7 >= 0 && shift + 7 <= 22) {
+    /* SRDHM(a, M) = floor((a M + 2^30) / 2^31): SMMULR(a, 2M) for M < 2^30, SMMULR(a, 2M - 2^32) + a from 2^30 on */
+    const int32_t m2 = (int32_t)((uint32_t)mult << 1), left = shift + 7, keep = mult >= 1 << 30 ? -1 : 0;
+    for (i = 0; i < n; ++i) {
+      const int32_t a = (int32_t)((uint32_t)(x[i] - zero_point) << left);
+      out[i] = (int8_t)__ssat(edgeosc_smmulr(a, m2) + (a & keep), 8);
+    }
+    return;
+  }
+  if (edgeosc_dsp_requant_init(&q, mult, shift + 7)) {
+    for (i = 0; i < n; ++i) out[i] = (int8_t)__ssat(edgeosc_dsp_requant(&q, x[i] - zero_point), 8);
+    return;
+  }
+#endif
   for (i = 0; i < n; ++i) out[i] = clamp8(edgeosc_mbqm(x[i] - zero_point, mult, shift + 7));
 }
 
