@@ -528,8 +528,8 @@ int edgeosc_bench_add(const int32_t *f, const int8_t *b, const int32_t *bias, co
 
 def default_kernel_shapes() -> list[dict]:
     """The builtin kernels of the default small model (models/kws.py SIZES["small"], 49 frames x 40 coefficients)
-    at their shapes: the stem, the attention projections, the feed-forward pair, the classifier, the layer norm's
-    L2 normalisation, a residual ADD and the layer norm's SUB of the row mean."""
+    at their shapes: the stem, the attention projections, the feed-forward pair, the classifier, a residual ADD,
+    the layer norm's SUB of the row mean and its L2 normalisation."""
     from ..config import ModelConfig
     from ..models.kws import resolve
     m = resolve(ModelConfig())
@@ -540,9 +540,9 @@ def default_kernel_shapes() -> list[dict]:
             dict(op="FULLY_CONNECTED", name="feed-forward down", rows=T, depth=2 * d, units=d),
             dict(op="FULLY_CONNECTED", name="layer-norm mean", rows=T, depth=d, units=1),
             dict(op="FULLY_CONNECTED", name="classifier", rows=1, depth=d, units=m.n_classes),
-            dict(op="L2_NORMALIZATION", name="layer norm", rows=T, depth=d),
             dict(op="ADD", name="residual", rows=T, cols=d),
-            dict(op="SUB", name="layer-norm center", rows=T, cols=d, row_broadcast=1)]
+            dict(op="SUB", name="layer-norm center", rows=T, cols=d, row_broadcast=1),
+            dict(op="L2_NORMALIZATION", name="layer norm", rows=T, depth=d)]
 
 
 def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
