@@ -121,9 +121,8 @@ static inline int32_t clamp_to_127(int32_t y, int32_t lo) { return (int32_t)__us
  * the matrix product and the requantization (the firmware's stack is 1 KiB: firmware_models/tools/mps2.ld). */
 #define UNIT_CHUNK 16
 
-/* The same with c = 2^(right-1) + zp_out 2^right
- * (requant_c): the zero point added before the shift, which is exact (a multiple of 2^right passes through it), and
- * x - [x < 0] before the saturating add (x > INT32_MIN: |SRDHM(a, M)| < |a| for M < 2^31). Where QADD saturates
+/* requant_dsp with c = 2^(right-1) + zp_out 2^right (requant_c): the zero point added before the shift, which is
+ * exact (a multiple of 2^right passes through it), and x - [x < 0] before the saturating add (x > INT32_MIN: |SRDHM(a, M)| < |a| for M < 2^31). Where QADD saturates
  * the exact value is past int8 by the same sign, so both clamp alike (right <= 23). Scalars, kept in registers. */
 static inline int32_t requant_zp(int32_t acc, int32_t m2, int32_t right, int32_t c) {
   const int32_t x = edgeosc_smmulr(acc, m2) + acc;
@@ -145,7 +144,7 @@ __attribute__((always_inline)) static inline void requant_units(const int32_t *k
                                                                 int32_t lo, int32_t hi, int full,
                                                                 const int32_t *acc, int32_t n, int32_t count,
                                                                 int8_t *const *rows) {
-  int8_t *const r0 = rows[0], *const r1 = rows[count - 1 < 1 ? 0 : 1], *const r2 = rows[count < 4 ? 0 : 2],
+  int8_t *const r0 = rows[0], *const r1 = rows[count < 4 ? 0 : 1], *const r2 = rows[count < 4 ? 0 : 2],
          *const r3 = rows[count < 4 ? 0 : 3];
   int32_t m2 = k[0], right = k[1], c = requant_c(right, zp), u;
   for (u = 0; u < n; ++u, k += k_step) {
