@@ -122,8 +122,9 @@ static inline int32_t clamp_to_127(int32_t y, int32_t lo) { return (int32_t)__us
 #define UNIT_CHUNK 16
 
 /* requant_dsp with c = 2^(right-1) + zp_out 2^right (requant_c): the zero point added before the shift, which is
- * exact (a multiple of 2^right passes through it), and x - [x < 0] before the saturating add (x > INT32_MIN: |SRDHM(a, M)| < |a| for M < 2^31). Where QADD saturates
- * the exact value is past int8 by the same sign, so both clamp alike (right <= 23). Scalars, kept in registers. */
+ * exact (a multiple of 2^right passes through it), and x - [x < 0] before the saturating add (x > INT32_MIN:
+ * |SRDHM(a, M)| < |a| for M < 2^31). Where QADD saturates the exact value is past int8 by the same sign, so both
+ * clamp alike (right <= 23). Scalars, kept in registers. */
 static inline int32_t requant_zp(int32_t acc, int32_t m2, int32_t right, int32_t c) {
   const int32_t x = edgeosc_smmulr(acc, m2) + acc;
   return __qadd(x + (x >> 31), c) >> right;
