@@ -551,7 +551,7 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     DSP requantization constants prepared on each call, not given as code generation writes them), "stride" and
     "dil" (CONV_2D and DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside and outside the image
     alike), "scales" (ADD / SUB: the scales of a, b and the output; random otherwise)."""
-    from ..export.c.ops import NO_DSP, dsp_requant, fast_scratch_words, pack_weights
+    from ..export.c.ops import dsp_requant, pack_weights, wide_words
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     if spec["op"] == "L2_NORMALIZATION":  # "rows" x "depth", zero point "zp" (random otherwise)
@@ -580,7 +580,7 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
                       int(spec.get("per_channel", 0))], np.int32)
         w, x, macs, n_out, n_bias = i8(units, depth), i8(rows, depth), rows * depth * units, rows * units, units
         channels = units if spec.get("per_channel", 0) else 1
-        fn, words = "edgeosc_bench_fc", fast_scratch_words(depth, units, NO_DSP)  # EDGEOSC_FC_SCRATCH_WORDS
+        fn, words = "edgeosc_bench_fc", wide_words(depth) + 2 * units  # EDGEOSC_FC_SCRATCH_WORDS
     else:
         depthwise = spec["op"] == "DEPTHWISE_CONV_2D"
         h, wd, c, kh, kw, oc = (spec[k] for k in ("in_h", "in_w", "in_c", "k_h", "k_w", "out_c"))
@@ -593,7 +593,7 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         n_bias = channels = oc
         macs = oh * ow * kh * kw * oc * (1 if depthwise else c)
         K = kh * kw * c
-        fn, words = "edgeosc_bench_conv", fast_scratch_words(K, oc, NO_DSP) + K  # EDGEOSC_CONV_SCRATCH_WORDS
+        fn, words = "edgeosc_bench_conv", wide_words(K) + 2 * oc + K  # EDGEOSC_CONV_SCRATCH_WORDS
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
     bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, n_bias).astype(np.int32), mult=np.array(mult, np.int32),
                 shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8), scratch=np.zeros(words, np.int32))
@@ -614,8 +614,8 @@ def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None,
     the portable reference path (-DEDGEOSC_PORTABLE), both emulated on `core` with the same random int8 data.
 
     One row per kernel (default_kernel_shapes() unless given): op, name, shape, macs, cycles and cycles_per_mac
-    (the fast path), reference_cycles and reference_cycles_per_mac (None for ADD / SUB and L2_NORMALIZATION, which have no MACs),
-    cycles_per_output, speedup. The fast path's output must equal the reference path's, bit for bit, or
+    (the fast path), reference_cycles and reference_cycles_per_mac (None for ADD / SUB and L2_NORMALIZATION, which
+    have no MACs), cycles_per_output, speedup. The fast path's output must equal the reference path's, bit for bit, or
     RuntimeError is raised. `flags`: the fast build's (e.g. -DEDGEOSC_NO_ASM for its loops in C).
     """
     work = Path(work_dir) if work_dir else cache_dir()

@@ -326,8 +326,8 @@ static void rows_times_weights(const int8_t *const *rows, int32_t count, const i
   }
 }
 
-/* The rows of `in` (FULLY_CONNECTED: rows of depth values; CONV_2D: its output pixels' receptive fields, `field`)
- * four at a time, then one by one. */
+/* The rows of `in` (FULLY_CONNECTED: rows of depth values; CONV_2D: its output pixels' receptive fields, built in
+ * bufs where not read in place, depth bytes a row) four at a time, then one by one. */
 typedef const int8_t *(*RowOf)(const void *p, const int8_t *in, int32_t r, int8_t *buf);
 
 static void matrix_times_weights(RowOf row_of, const void *p, const int8_t *in, int32_t rows, int32_t depth,

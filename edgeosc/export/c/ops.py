@@ -239,12 +239,14 @@ def channel_rq(x: Tensor, w: Tensor, out: Tensor, label: str, conv: bool = False
         dsp=None if fast is None else Array(fast, f"{label}_dsp")))
 
 
+def wide_words(depth: int) -> int:
+    """EDGEOSC_WIDE_WORDS: four rows of depth values widened, in an even number of groups of four."""
+    return 16 * -(-depth // 8)
+
+
 def fast_scratch_words(depth: int, units: int, rq: Struct) -> int:
     """EDGEOSC_FC_SCRATCH_WORDS less the constants' 2 words per channel where code generation wrote them."""
-    return 8 * 2 * -(-depth // 8) + (0 if rq.fields["dsp"] is not None else 2 * units)
-
-
-NO_DSP = Struct("EdgeoscChannelRequant", dict(dsp=None))  # fast_scratch_words of constants prepared per call
+    return wide_words(depth) + (0 if rq.fields["dsp"] is not None else 2 * units)
 
 
 def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int) -> np.ndarray:
@@ -267,11 +269,14 @@ def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int) -> np.ndarr
     return np.concatenate([biases, words], 1).ravel()
 
 
-def packed_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors) -> dict:
-    """The weights, bias and packed fields of a FULLY_CONNECTED / CONV_2D parameter struct: the packed form for the
-    DSP path's builds, TFLite's for the others (a single unit keeps TFLite's in both: the DSP path reads it so)."""
+def weight_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors, pack: bool = True) -> dict:
+    """The weights and bias fields of a FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D parameter struct, and with pack
+    its packed field: the packed form for the DSP path's builds and TFLite's for the others (a single unit keeps
+    TFLite's in both: the DSP path reads it so)."""
     units = w.shape[0]
     plain = dict(weights=Ref(w.index), bias=Ref(bias) if bias is not None else None)
+    if not pack:
+        return plain
     if units == 1:
         return dict(**plain, packed=None)
     packed = pack_weights(w.data.reshape(units, -1), None if bias is None else g_tensors[bias].data, zp_in)
@@ -677,8 +682,7 @@ class Lowering:
             geo.update(in_h=x.shape[1], in_w=x.shape[2], pad_top=top, pad_left=left)
         p = Struct("EdgeoscConvParams", dict(
             **geo, in_c=x.shape[3], out_c=out.shape[3], zp_in=x.z, zp_out=out.z,
-            act_min=lo, act_max=hi, **(packed_fields(w, bias, x.z, out.name, self.g.tensors) if dsp else dict(
-                weights=Ref(w.index), bias=Ref(bias) if bias is not None else None)),
+            act_min=lo, act_max=hi, **weight_fields(w, bias, x.z, out.name, self.g.tensors, pack=dsp),
             rq=channel_rq(x, w, out, out.name, conv=True, dsp=dsp)))
         return x, out, p
 
@@ -726,7 +730,7 @@ class Lowering:
         lo, hi = act_range(out, op.options.fusedActivationFunction)
         p = Struct("EdgeoscFcParams", dict(
             rows=x.size // w.shape[1], depth=w.shape[1], units=w.shape[0], zp_in=x.z, zp_out=out.z, act_min=lo,
-            act_max=hi, **packed_fields(w, bias, x.z, out.name, self.g.tensors), rq=channel_rq(x, w, out, out.name)))
+            act_max=hi, **weight_fields(w, bias, x.z, out.name, self.g.tensors), rq=channel_rq(x, w, out, out.name)))
         return self.emit("edgeosc_fc_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
                          scratch=4 * fast_scratch_words(w.shape[1], w.shape[0], p.fields["rq"]))
 
