@@ -526,13 +526,16 @@ static inline __attribute__((always_inline)) int8_t divided(const Divider *dv, i
 
 #if EDGEOSC_DSP
 /* divided() for a divider with 1 <= e <= 31 (den in [2^23, 2^53]), in 32-bit halves: round(x / 2^e), saturated
- * to int32 where its top word is not the sign of its bottom one, times inv, rounded, SSAT. */
+ * to int32 where its top word is not the sign of its bottom one, then times inv and rounded in one SMLAL (the
+ * rounding constant as its accumulator), SSAT. */
 static inline __attribute__((always_inline)) int8_t divided_dsp(const Divider *dv, int64_t x) {
   const uint64_t t = (uint64_t)x + dv->half;
   const int32_t hi = (int32_t)(t >> 32), lo = (int32_t)(((uint32_t)t >> dv->e) | ((uint32_t)hi << (32 - dv->e)));
   const int32_t y = (hi >> dv->e) != (lo >> 31) ? (hi < 0 ? INT32_MIN : INT32_MAX) : lo;
-  const uint64_t prod = (uint64_t)((int64_t)y * dv->inv) + dv->round;
-  return (int8_t)__ssat(((int32_t)(prod >> 32) >> (dv->shift - 32)) + dv->zp_out, 8);
+  uint32_t plo = (uint32_t)dv->round;
+  int32_t phi = (int32_t)(dv->round >> 32);
+  __asm__("smlal %0, %1, %2, %3" : "+r"(plo), "+r"(phi) : "r"(y), "r"(dv->inv));
+  return (int8_t)__ssat((phi >> (dv->shift - 32)) + dv->zp_out, 8);
 }
 #endif
 
@@ -787,6 +790,55 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
   }
 }
 
+/* A query alone on the DSP path for the default head (d_head = d_value = 8, p = 4: DH, NR), the portable query's
+ * sums in its order of features, unrolled: each coupling feature one MUL for its weight, two loads and two SMLAL;
+ * the readout three columns a pass over its rows (six int64 sums, each beta loaded once); the division by
+ * divided_dsp. */
+#define DH 8
+#define NR 9
+static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
+  const int32_t *sc = state + 2, *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
+  int32_t Q[DH], beta[NR], a, b, m, d;
+  int64_t h0 = (int64_t)p->c1 * p->c1 * state[0], h1 = (int64_t)p->c1 * p->c1 * state[1], num[DH + 1];
+  Divider div;
+#pragma GCC unroll 8
+  for (a = 0; a < DH; ++a) Q[a] = q[a] - p->zp_q;
+#pragma GCC unroll 8
+  for (a = 0; a < DH; ++a, sc += 2) {
+    const int32_t w = 2 * p->c1 * Q[a];
+    h0 += (int64_t)w * sc[0], h1 += (int64_t)w * sc[1];
+  }
+#pragma GCC unroll 8
+  for (a = 0; a < DH; ++a) {
+    const int32_t qa4 = 4 * Q[a], w = 2 * Q[a] * Q[a]; /* a == b: weight 2, a < b: 4 (both orders) */
+    h0 += (int64_t)w * sc[0], h1 += (int64_t)w * sc[1];
+    sc += 2;
+#pragma GCC unroll 8
+    for (b = a + 1; b < DH; ++b, sc += 2) {
+      const int32_t wb = qa4 * Q[b];
+      h0 += (int64_t)wb * sc[0], h1 += (int64_t)wb * sc[1];
+    }
+  }
+  readout_weights(p, h0, h1, beta);
+  for (d = 0; d <= DH; d += 3) { /* three columns a pass, the ones column (the denominator) in the last */
+    const int32_t *col = sr + d;
+    int64_t s0 = 0, s1 = 0, s2 = 0;
+#pragma GCC unroll 9
+    for (m = 0; m < NR; ++m, col += DH + 1) {
+      const int32_t bm = beta[m], x0 = col[0], x1 = col[1], x2 = col[2];
+      s0 += (int64_t)bm * x0, s1 += (int64_t)bm * x1, s2 += (int64_t)bm * x2;
+    }
+    num[d] = s0, num[d + 1] = s1, num[d + 2] = s2;
+  }
+  divider(p, num[DH], &div);
+  if (div.any && div.e >= 1 && div.e <= 31)
+    for (d = 0; d < DH; ++d) out[d] = divided_dsp(&div, num[d]);
+  else
+    for (d = 0; d < DH; ++d) out[d] = divided(&div, num[d]);
+}
+#undef DH
+#undef NR
+
 /* Whether the DSP pass takes these keys (else the portable loops): readouts in int16, values on the stack. */
 static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyTerms *tb) {
   return ta->fits && tb->fits && p->d_value <= EDGEOSC_LINEAR_MAX_D_HEAD;
@@ -808,6 +860,12 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const E
 }
 
 void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
+#if EDGEOSC_DSP
+  if (p->d_head == 8 && p->d_value == 8 && p->p == 4) { /* the default head, as the models run it */
+    linear_query_d8(p, state, q, out);
+    return;
+  }
+#endif
   linear_query_portable(p, state, q, out);
 }
 

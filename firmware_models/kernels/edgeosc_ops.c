@@ -114,9 +114,6 @@ static inline int32_t requant_dsp(int32_t acc, int32_t m2, int32_t right, int32_
   return edgeosc_dsp_requant(&q, acc) + zp_out;
 }
 
-/* clamp(y, lo, 127) without a branch: SSAT to int8, then max with lo as USAT of the difference (at most 255) */
-static inline int32_t clamp_to_127(int32_t y, int32_t lo) { return (int32_t)__usat(__ssat(y, 8) - lo, 8) + lo; }
-
 /* Output channels are taken UNIT_CHUNK at a time: their accumulators (four rows, 256 bytes) sit on the stack between
  * the matrix product and the requantization (the firmware's stack is 1 KiB: firmware_models/tools/mps2.ld). */
 #define UNIT_CHUNK 16
@@ -669,45 +666,47 @@ static inline int32_t add_scaled(int32_t v, int32_t zp, int32_t m2, int32_t half
   return (s + half + (s >> 31)) >> right;
 }
 
-/* One row of n outputs: out[k] = clamp(requant(gs G(g[k]) + hs (h[k] - zh) 2^19) + zp_out, lo, 127) with G the
- * scaled input's term; an input with step 0 (it broadcasts along the row) is taken once, the other steps 1.
- * gs, hs: +-1, literal at each call, so each sign pattern compiles to its own loop. */
+/* One row of n outputs: out[k] = SSAT8(requant(gs G(g[k]) + hs (h[k] - zh) 2^19) + zp_out) with G the scaled input's
+ * term, the zero point in the rounding constant c (requant_zp); add_row applies an activation's floor after. An input
+ * with step 0 (it broadcasts along the row) is taken once, the other steps 1. gs, hs: +-1, literal at each call, so
+ * each sign pattern compiles to its own loop. */
 __attribute__((always_inline)) static inline void add_row_signed(const AddScaled *q, const int8_t *g, int32_t g_step,
                                                                  const int8_t *h, int32_t h_step, int32_t zh,
                                                                  int32_t n, const EdgeoscDspRequant *qo,
-                                                                 int32_t zp_out, int32_t lo, int8_t *out,
-                                                                 const int32_t gs, const int32_t hs) {
-  const int32_t zg = q->zp, m2 = q->m2, half = q->half, right = q->right;
-  const int32_t om2 = qo->m2, ohalf = qo->half, oright = qo->right;
-  int32_t k;
+                                                                 int32_t c, int8_t *out, const int32_t gs,
+                                                                 const int32_t hs) {
+  const int32_t zg = q->zp, m2 = q->m2, half = q->half, right = q->right, om2 = qo->m2, oright = qo->right;
+  int8_t *const end = out + n;
   if (h_step == 0) {
     const int32_t hv = hs * ((*h - zh) * (1 << 19));
-    for (k = 0; k < n; ++k)
-      out[k] = (int8_t)clamp_to_127(
-          requant_dsp(gs * add_scaled(g[k], zg, m2, half, right) + hv, om2, oright, ohalf, zp_out), lo);
+    for (; out < end; ++g)
+      *out++ = (int8_t)__ssat(requant_zp(gs * add_scaled(*g, zg, m2, half, right) + hv, om2, oright, c), 8);
   } else if (g_step == 0) {
     const int32_t gv = gs * add_scaled(*g, zg, m2, half, right);
-    for (k = 0; k < n; ++k)
-      out[k] = (int8_t)clamp_to_127(
-          requant_dsp(gv + hs * ((h[k] - zh) * (1 << 19)), om2, oright, ohalf, zp_out), lo);
+    for (; out < end; ++h)
+      *out++ = (int8_t)__ssat(requant_zp(gv + hs * ((*h - zh) * (1 << 19)), om2, oright, c), 8);
   } else {
-    for (k = 0; k < n; ++k)
-      out[k] = (int8_t)clamp_to_127(
-          requant_dsp(gs * add_scaled(g[k], zg, m2, half, right) + hs * ((h[k] - zh) * (1 << 19)), om2, oright, ohalf,
-                      zp_out), lo);
+    for (; out < end; ++g, ++h)
+      *out++ = (int8_t)__ssat(
+          requant_zp(gs * add_scaled(*g, zg, m2, half, right) + hs * ((*h - zh) * (1 << 19)), om2, oright, c), 8);
   }
 }
 
-/* add_row_signed for the sign pattern (gs, hs), a function of its own so that its loop has the registers */
+/* add_row_signed for the sign pattern (gs, hs), a function of its own so that its loop has the registers; then an
+ * activation's floor lo (clamp(y, lo, 127) = max(SSAT8(y), lo)) in a pass of its own, which residuals skip */
 __attribute__((noinline)) static void add_row(const AddScaled *q, const int8_t *g, int32_t g_step, const int8_t *h,
                                               int32_t h_step, int32_t zh, int32_t n, const EdgeoscDspRequant *qo,
                                               int32_t zp_out, int32_t lo, int8_t *out, int32_t gs, int32_t hs) {
+  const int32_t c = requant_c(qo->right, zp_out);
+  int32_t k;
   if (gs < 0)
-    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, zp_out, lo, out, -1, 1);
+    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, c, out, -1, 1);
   else if (hs < 0)
-    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, zp_out, lo, out, 1, -1);
+    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, c, out, 1, -1);
   else
-    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, zp_out, lo, out, 1, 1);
+    add_row_signed(q, g, g_step, h, h_step, zh, n, qo, c, out, 1, 1);
+  if (lo > -128)
+    for (k = 0; k < n; ++k) out[k] = out[k] < lo ? (int8_t)lo : out[k];
 }
 
 /* edgeosc_add_int8 on the DSP path, row by row of the broadcast shape; 0 (nothing written) where its premises
