@@ -231,10 +231,13 @@ def markdown(r: dict) -> str:
         lines += ["", "## C firmware memory (from the generated model)", "",
                   "Flash: int8 weights, tables and kernel parameters (the Cortex-M4 image adds ~4 KB of kernel and harness code, "
                   "`make -C firmware_models cortex-m4 sizes`); RAM: the static arena (activations, input, output, "
-                  "scratch), planned at generation time.", "",
-                  "| model | flash bytes | RAM bytes | kernel calls |", "|---|---|---|---|"]
+                  "scratch), planned at generation time; stack: the deepest stack of one inference, measured on the "
+                  "emulated Cortex-M4 (the firmware image reserves 2 KiB).", "",
+                  "| model | flash bytes | RAM bytes | stack bytes | kernel calls |", "|---|---|---|---|---|"]
         for k, f in fw.items():
-            lines.append(f"| {k} | {f['const_bytes'] + f['param_bytes']} | {f['arena_bytes']} | {f['calls']} |")
+            stack = (((r["models"][k]["estimate"] or {}).get("targets") or {}).get("cortex-m4") or {}).get("stack_bytes")
+            lines.append(f"| {k} | {f['const_bytes'] + f['param_bytes']} | {f['arena_bytes']} | "
+                         f"{'-' if stack is None else stack} | {f['calls']} |")
     lines += ["", "## Parity of the exports (measured)", "",
               "The int8 .tflite against the QAT model in output LSBs (logits are int8); top-1 = same class as QAT.", "",
               "| model | interpreter | top-1 agreement | mean LSB | max LSB |", "|---|---|---|---|---|"]

@@ -30,6 +30,7 @@ RETURN_ADDR = 0x9FFF_F000  # LR points here; reaching it ends the call
 ARENA_BASE = 0x6000_0000  # input/output buffers, 64-byte aligned
 STACK_SIZE = 0x10_0000
 STACK_TOP = 0x7000_0000 + STACK_SIZE
+STACK_PAINT = (0x5AC3A55C).to_bytes(4, "little")  # the emulated stack's fill, to find how deep a call went
 PAGE = 0x1000
 
 # ---------------------------------------------------------------- classes
@@ -371,6 +372,8 @@ class Run:
     # Per name in emulate(scopes=...): the counts of every call of it, callees included, and its calls
     scoped: dict = field(default_factory=dict)
     scope_calls: dict = field(default_factory=dict)
+    # Deepest stack the call used, in bytes below its entry SP (the emulated stack is painted before the call)
+    stack_bytes: int = 0
 
     @property
     def instructions_per_second(self) -> float:
@@ -487,6 +490,7 @@ def emulate(elf_path: str | Path, symbol: str, args: Sequence[int | str] = (),
 
     values = [where[a] if isinstance(a, str) else int(a) for a in args]
     sp = STACK_TOP - 0x100
+    uc.mem_write(STACK_TOP - STACK_SIZE, STACK_PAINT * ((sp - (STACK_TOP - STACK_SIZE)) // 4))
     nreg, word = (4, 4) if thumb else (8, 8)
     spill = values[nreg:]
     if spill:
@@ -530,7 +534,16 @@ def emulate(elf_path: str | Path, symbol: str, args: Sequence[int | str] = (),
     return Run(counts, instructions_in(counts), cycles(counts, model) if model else None, outputs, core, ret,
                len(counter.blocks), sum(r[0] for r in counter.blocks.values()), seconds,
                counter.by_function(elf.functions()), {n: counter.counts(e) for n, e in counter.scoped.items()},
-               dict(counter.scope_calls))
+               dict(counter.scope_calls), _stack_used(uc, sp))
+
+
+def _stack_used(uc, sp: int) -> int:
+    """Bytes below `sp` that no longer hold the paint: the call's deepest stack (a word it wrote with the paint's
+    own value would hide, so the figure is a lower bound by at most the frames written just so)."""
+    base = STACK_TOP - STACK_SIZE
+    words = np.frombuffer(bytes(uc.mem_read(base, sp - base)), np.uint32)
+    touched = np.flatnonzero(words != np.frombuffer(STACK_PAINT, np.uint32)[0])
+    return int(sp - (base + 4 * touched[0])) if touched.size else 0
 
 
 class _BlockCounter:

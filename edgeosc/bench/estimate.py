@@ -235,7 +235,7 @@ def estimate_model(firmware_dir: str | Path, name: str, input_int8, targets: Seq
     "targets": {core: {"isa", "compiler", "flags", "core_source" (of the timing table), "model": the
     priced inference (<name>_run), "attention": the priced fused attention core calls (None for a model
     generated without fuse), "share" of attention in the model's cycles, "by_function": exclusive
-    cycles per function, "peak_macs_per_cycle"}}}. A priced entry holds instructions, cycles, counts by
+    cycles per function, "stack_bytes": the deepest stack of the inference, measured, "peak_macs_per_cycle"}}}. A priced entry holds instructions, cycles, counts by
     class, macs, cycles_per_mac, mac_efficiency (floor / achieved cycles per MAC) and, per device of
     that core in devices.DEVICES, latency_ms, energy_uj and nj_per_mac.
     The logits must equal `expected` if given, else the host build's (when a host compiler exists), and
@@ -287,7 +287,7 @@ def estimate_model(firmware_dir: str | Path, name: str, input_int8, targets: Seq
             core_source=C.CORES[core].source,
             model=model, attention=attention, share=attention and attention["cycles"] / model["cycles"],
             by_function=dict(sorted(by_fn.items(), key=lambda kv: -kv[1])),
-            peak_macs_per_cycle=PEAK_MACS_PER_CYCLE[core])
+            stack_bytes=run.stack_bytes, peak_macs_per_cycle=PEAK_MACS_PER_CYCLE[core])
     return result
 
 
@@ -696,7 +696,7 @@ def stream_hop(fw: str | Path, name: str, window: int, core: str = "cortex-m4", 
     """Cycles of one hop of a stream firmware (random_stream_firmware) once its window is full, an ESTIMATE by
     emulation: streams of window + 1 and window + 1 + hops frames, the difference over the extra hops, each
     stream's last logits checked against the host build's. {"cycles", "attention_cycles", "calls" (the attention
-    cores' calls a hop)}."""
+    cores' calls a hop), "stack_bytes" (the stream's deepest stack, measured)}."""
     fw, work = Path(fw), Path(work_dir) if work_dir else cache_dir()
     n_in, n_out = _io_bytes(fw, name)
     frames = np.random.default_rng(1).integers(-128, 128, (window + 1 + hops, n_in)).astype(np.int8)
@@ -709,9 +709,10 @@ def stream_hop(fw: str | Path, name: str, window: int, core: str = "cortex-m4", 
             raise RuntimeError(f"{name} on {core}: a stream's logits differ from the host build's")
         att = [f for f in ATTENTION if run.scope_calls.get(f)]
         runs.append((C.cycles(run.scoped[run_fn], core), sum(C.cycles(run.scoped[f], core) for f in att),
-                     sum(run.scope_calls[f] for f in att)))
-    (c1, a1, n1), (c2, a2, n2) = runs
-    return dict(cycles=(c2 - c1) / hops, attention_cycles=(a2 - a1) / hops, calls=(n2 - n1) // hops)
+                     sum(run.scope_calls[f] for f in att), run.stack_bytes))
+    (c1, a1, n1, s1), (c2, a2, n2, s2) = runs
+    return dict(cycles=(c2 - c1) / hops, attention_cycles=(a2 - a1) / hops, calls=(n2 - n1) // hops,
+                stack_bytes=max(s1, s2))
 
 
 def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196), hop_ms: float = 20.0,

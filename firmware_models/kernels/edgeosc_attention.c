@@ -629,12 +629,14 @@ static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *s
  *
  * Readout. After z: each column's rows take (u_a, u_b) against (V_a, V_b) in one SMLAD, the ones column (V = 1,
  * the denominator) first. Row 0's u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the sum.
- * Rows past 0 need u in int16 (KeyTerms.fits), and the columns' values sit on the stack: d_value <=
- * EDGEOSC_LINEAR_MAX_D_HEAD. A table holds per row {(u_a, u_b), beta}, then a sentinel beta.
+ * Rows past 0 need u in int16 (KeyTerms.fits). A table holds per row {(u_a, u_b), beta}, then a sentinel beta.
+ * The tables sit on the stack, sized for heads up to DSP_MAX_D_HEAD (d_head and d_value) so that the firmware's
+ * stack holds them; wider heads take the portable loops.
  *
  * EDGEOSC_ASM takes the value columns two at a time and the coupling's rows in Thumb-2 assembly, as naked
  * functions: they keep 14 registers whatever the compiler and its options. */
 #define ROW_WORDS 5
+#define DSP_MAX_D_HEAD 16
 #define COUPLING_SENTINEL 0x80008000 /* (K'_a, K'_b) = (-2^15, -2^15): no key's (|K| <= 255) */
 #define READOUT_SENTINEL 0x80000000  /* no beta's (|beta| < 2^25) */
 
@@ -731,10 +733,10 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
                                                              const KeyTerms *ta, const KeyTerms *tb, const int8_t *q,
                                                              int8_t *out, const int query) {
   const int n = p->d_head + 1, dv = p->d_value, nr = 2 * p->p + 1, stride = dv + 1;
-  int32_t t[ROW_WORDS * (EDGEOSC_LINEAR_MAX_D_HEAD + 1) + 1]; /* the coupling's table */
-  int32_t vv[EDGEOSC_LINEAR_MAX_D_HEAD + 1];                 /* the columns' (V_a, V_b), V = v - zp_v; (1, 1) */
+  int32_t t[ROW_WORDS * (DSP_MAX_D_HEAD + 1) + 1]; /* the coupling's table */
+  int32_t vv[DSP_MAX_D_HEAD + 1];                 /* the columns' (V_a, V_b), V = v - zp_v; (1, 1) */
   int32_t ub[20], beta[9];                                   /* the readout's table */
-  int64_t h[2], num[EDGEOSC_LINEAR_MAX_D_HEAD], n0, n1;
+  int64_t h[2], num[DSP_MAX_D_HEAD], n0, n1;
   int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(p->d_head);
   int32_t i, m, d;
   Divider div;
@@ -839,9 +841,9 @@ static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, 
 #undef DH
 #undef NR
 
-/* Whether the DSP pass takes these keys (else the portable loops): readouts in int16, values on the stack. */
+/* Whether the DSP pass takes these keys (else the portable loops): readouts in int16, the head in its tables. */
 static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyTerms *tb) {
-  return ta->fits && tb->fits && p->d_value <= EDGEOSC_LINEAR_MAX_D_HEAD;
+  return ta->fits && tb->fits && p->d_head <= DSP_MAX_D_HEAD && p->d_value <= DSP_MAX_D_HEAD;
 }
 #endif
 
