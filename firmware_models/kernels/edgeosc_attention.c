@@ -838,6 +838,42 @@ static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, 
   else
     for (d = 0; d < DH; ++d) out[d] = divided(&div, num[d]);
 }
+
+/* Two keys into the state on the DSP path for the default head, linear_pass's sums (query 0) unrolled: each
+ * coupling word one SMLAD of K'_j against K'_i r, each readout word one SMLAD of (V_a, V_b) against (u_a, u_b). */
+static void linear_update_d8(const EdgeoscLinearParams *p, int32_t *state, const KeyTerms *ta, const KeyTerms *tb) {
+  int32_t kp[DH + 1], x0[DH + 1], x1[DH + 1], vv[DH + 1], i, j, m, d;
+  int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
+  kp[0] = 0x00010001, x0[0] = edgeosc_pack_bottoms(ta->r0, tb->r0), x1[0] = edgeosc_pack_bottoms(ta->r1, tb->r1);
+#pragma GCC unroll 8
+  for (i = 1; i <= DH; ++i) {
+    const int32_t ka = ta->K[i - 1], kb = tb->K[i - 1];
+    kp[i] = edgeosc_pack_bottoms(ka, kb);
+    x0[i] = edgeosc_pack_bottoms(ka * ta->r0, kb * tb->r0), x1[i] = edgeosc_pack_bottoms(ka * ta->r1, kb * tb->r1);
+  }
+#pragma GCC unroll 9
+  for (i = 0; i <= DH; ++i)
+#pragma GCC unroll 9
+    for (j = i; j <= DH; ++j, sc += 2) {
+      const int32_t s0 = sc[0], s1 = sc[1];
+      sc[0] = __smlad(kp[j], x0[i], s0), sc[1] = __smlad(kp[j], x1[i], s1);
+    }
+#pragma GCC unroll 8
+  for (d = 0; d < DH; ++d) vv[d] = edgeosc_pack_bottoms(ta->v[d] - p->zp_v, tb->v[d] - p->zp_v);
+  vv[DH] = 0x00010001;
+  { /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
+    const int32_t u0 = edgeosc_pack_bottoms(ta->u[0] >> 1, tb->u[0] >> 1);
+#pragma GCC unroll 9
+    for (d = 0; d <= DH; ++d) sr[d] = (int32_t)((uint32_t)sr[d] + ((uint32_t)__smuad(vv[d], u0) << 1));
+  }
+#pragma GCC unroll 8
+  for (m = 1; m < NR; ++m) {
+    const int32_t um = edgeosc_pack_bottoms(ta->u[m], tb->u[m]);
+    int32_t *row = sr + m * (DH + 1);
+#pragma GCC unroll 9
+    for (d = 0; d <= DH; ++d) row[d] = __smlad(vv[d], um, row[d]);
+  }
+}
 #undef DH
 #undef NR
 
@@ -854,7 +890,10 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const E
   key_terms(p, b, a->v, &tb);
 #if EDGEOSC_DSP
   if (dsp_pass(p, &ta, &tb)) {
-    linear_pass(p, state, &ta, &tb, 0, 0, 0);
+    if (p->d_head == 8 && p->d_value == 8 && p->p == 4) /* the default head */
+      linear_update_d8(p, state, &ta, &tb);
+    else
+      linear_pass(p, state, &ta, &tb, 0, 0, 0);
     return;
   }
 #endif
