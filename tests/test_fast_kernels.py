@@ -7,6 +7,7 @@ import importlib.util
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from edgeosc.bench import estimate as E
@@ -116,6 +117,40 @@ def test_streaming_linear_core_is_exact_on_both_paths(gated, tmp_path):
     in_c = E.linear_hop_cycles(**kw, work_dir=tmp_path / "c", flags=(*E.CFLAGS, "-DEDGEOSC_NO_ASM"))
     portable = E.linear_hop_cycles(**kw, work_dir=tmp_path / "portable", flags=(*E.CFLAGS, "-DEDGEOSC_PORTABLE"))
     assert dsp < in_c < portable, (dsp, in_c, portable)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_default_head_streams_exactly_on_its_unrolled_path(gated, tmp_path):
+    """The default head (d_head = d_value = 8, p = 4) takes an unrolled update and query of its own on the DSP
+    path: every hop's outputs against the integer reference over its window (linear_hop_cycles), fewer cycles
+    than the portable loops."""
+    kw = dict(core="cortex-m4", heads=2, d_head=8, p=4, gated=gated)
+    dsp = E.linear_hop_cycles(**kw, work_dir=tmp_path / "dsp")
+    portable = E.linear_hop_cycles(**kw, work_dir=tmp_path / "portable", flags=(*E.CFLAGS, "-DEDGEOSC_PORTABLE"))
+    assert dsp < 0.7 * portable, (dsp, portable)
+
+
+def test_inv_sqrt_multiplier_on_the_dsp_path_equals_the_reference(tmp_path):
+    """1/sqrt's Newton steps on SMMULR (edgeosc_fixedpoint.c) against TFLite's arithmetic in numpy, emulated on the
+    Cortex-M4 over the whole int32 range: every power of two and its neighbours, and log-uniform values."""
+    from edgeosc.bench import cycles as C
+    from edgeosc.integer import reference as R
+    rng = np.random.default_rng(7)
+    edges = [v + d for b in range(31) for d in (-1, 0, 1) for v in [1 << b] if 0 <= v + d < 2**31]
+    acc = np.unique(np.concatenate([[0, 2**31 - 1], edges, np.exp2(rng.uniform(0, 31, 6000)).astype(np.int64)]))
+    acc = acc[acc < 2**31].astype(np.int32)
+    driver = E._text(tmp_path, "inv_sqrt", "\n".join([
+        '#include "edgeosc_fixedpoint.h"',
+        "int inv_sqrt_all(const int32_t *acc, int n, int32_t *mult, int32_t *shift) {",
+        "  int i, s;",
+        "  for (i = 0; i < n; ++i) edgeosc_inv_sqrt_multiplier(acc[i], &mult[i], &s), shift[i] = s;",
+        "  return n;", "}", ""]))
+    elf = E.build([E.KERNEL_SOURCES[0], driver], "cortex-m4", tmp_path)
+    run = C.emulate(elf, "inv_sqrt_all", ["acc", acc.size, "mult", "shift"],
+                    dict(acc=acc, mult=np.zeros_like(acc), shift=np.zeros_like(acc)), core="cortex-m4")
+    mult, shift = R.inv_sqrt_multiplier(acc)
+    np.testing.assert_array_equal(run.outputs["mult"], mult)
+    np.testing.assert_array_equal(run.outputs["shift"], shift)
 
 
 @pytest.mark.parametrize("d_head", [6, 8, 16])

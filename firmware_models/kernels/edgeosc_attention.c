@@ -917,7 +917,12 @@ void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const Edg
   key_terms(p, b, a->v, &tb);
 #if EDGEOSC_DSP
   if (dsp_pass(p, &ta, &tb)) {
-    linear_pass(p, state, &ta, &tb, q, out, 1);
+    if (p->d_head == 8 && p->d_value == 8 && p->p == 4) { /* the default head: unrolled, an update then a query */
+      linear_update_d8(p, state, &ta, &tb);
+      linear_query_d8(p, state, q, out);
+    } else {
+      linear_pass(p, state, &ta, &tb, q, out, 1);
+    }
     return;
   }
 #endif
