@@ -793,45 +793,81 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
 }
 
 /* A query alone on the DSP path for the default head (d_head = d_value = 8, p = 4: DH, NR), the portable query's
- * sums in its order of features, unrolled: each coupling feature one MUL for its weight, two loads and two SMLAL;
- * the readout three columns a pass over its rows (six int64 sums, each beta loaded once); the division by
- * divided_dsp. */
+ * sums: the coupling's 44 features after (0, 0) each one weight (a table: 2 c1 Q_a, then per row 2 Q_a^2 and
+ * 4 Q_a Q_b) times its two words, the readout three columns a pass over its rows (six int64 sums), the division by
+ * divided_dsp. EDGEOSC_ASM runs both loops in Thumb-2 assembly, straight through: runs of loads (LDM, or LDR after
+ * LDR, one cycle a word after the first) then SMLAL, which gcc's own scheduling spreads apart. */
 #define DH 8
 #define NR 9
+#define FEATURES (EDGEOSC_LINEAR_COUPLING(DH) - 1)
+
+#if EDGEOSC_ASM
+/* h (int64[2]) += sum_f w[f] (sc[2f], sc[2f + 1]) over the 44 features: two features a step */
+__attribute__((naked, noinline)) static void coupling_d8_asm(const int32_t *sc __attribute__((unused)),
+                                                             const int32_t *w __attribute__((unused)),
+                                                             int64_t *h __attribute__((unused))) {
+  __asm__("push {r4-r11, lr}\n\tldrd r3, r4, [r2]\n\tldrd r5, r6, [r2, #8]\n\t"
+          ".rept 22\n\t"
+          "ldm r1!, {r7, r8}\n\tldm r0!, {r9, r10, r11, r12}\n\t"
+          "smlal r3, r4, r7, r9\n\tsmlal r5, r6, r7, r10\n\tsmlal r3, r4, r8, r11\n\tsmlal r5, r6, r8, r12\n\t"
+          ".endr\n\t"
+          "strd r3, r4, [r2]\n\tstrd r5, r6, [r2, #8]\n\tpop {r4-r11, pc}");
+}
+
+/* num[d] = sum_m beta[m] col_d[m] for the nine columns of the readout's rows (stride 9 words), three a pass */
+__attribute__((naked, noinline)) static void readout_d8_asm(const int32_t *sr __attribute__((unused)),
+                                                            const int32_t *beta __attribute__((unused)),
+                                                            int64_t *num __attribute__((unused))) {
+  __asm__("push {r4-r11, lr}\n\t"
+          ".rept 3\n\t"
+          "movs r3, #0\n\tmovs r4, #0\n\tmovs r5, #0\n\tmovs r6, #0\n\tmovs r7, #0\n\tmov r8, #0\n\t"
+          ".rept 9\n\t"
+          "ldr r10, [r0, #4]\n\tldr r11, [r0, #8]\n\tldr r9, [r0], #36\n\tldr r12, [r1], #4\n\t"
+          "smlal r3, r4, r12, r9\n\tsmlal r5, r6, r12, r10\n\tsmlal r7, r8, r12, r11\n\t"
+          ".endr\n\t"
+          "strd r3, r4, [r2], #8\n\tstrd r5, r6, [r2], #8\n\tstrd r7, r8, [r2], #8\n\t"
+          "sub r0, r0, #312\n\tsub r1, r1, #36\n\t" /* the next three columns, the rows from the first */
+          ".endr\n\t"
+          "pop {r4-r11, pc}");
+}
+#endif
+
 static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
-  const int32_t *sc = state + 2, *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
-  int32_t Q[DH], beta[NR], a, b, m, d;
-  int64_t h0 = (int64_t)p->c1 * p->c1 * state[0], h1 = (int64_t)p->c1 * p->c1 * state[1], num[DH + 1];
+  const int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
+  int32_t Q[DH], w[FEATURES], beta[NR], *wp = w, a, b, d;
+  int64_t h[2], num[DH + 1];
   Divider div;
+  h[0] = (int64_t)p->c1 * p->c1 * state[0], h[1] = (int64_t)p->c1 * p->c1 * state[1];
 #pragma GCC unroll 8
   for (a = 0; a < DH; ++a) Q[a] = q[a] - p->zp_q;
 #pragma GCC unroll 8
-  for (a = 0; a < DH; ++a, sc += 2) {
-    const int32_t w = 2 * p->c1 * Q[a];
-    h0 += (int64_t)w * sc[0], h1 += (int64_t)w * sc[1];
-  }
+  for (a = 0; a < DH; ++a) *wp++ = 2 * p->c1 * Q[a];
 #pragma GCC unroll 8
   for (a = 0; a < DH; ++a) {
-    const int32_t qa4 = 4 * Q[a], w = 2 * Q[a] * Q[a]; /* a == b: weight 2, a < b: 4 (both orders) */
-    h0 += (int64_t)w * sc[0], h1 += (int64_t)w * sc[1];
-    sc += 2;
+    const int32_t qa4 = 4 * Q[a];
+    *wp++ = 2 * Q[a] * Q[a]; /* a == b: weight 2, a < b: 4 (both orders) */
 #pragma GCC unroll 8
-    for (b = a + 1; b < DH; ++b, sc += 2) {
-      const int32_t wb = qa4 * Q[b];
-      h0 += (int64_t)wb * sc[0], h1 += (int64_t)wb * sc[1];
-    }
+    for (b = a + 1; b < DH; ++b) *wp++ = qa4 * Q[b];
   }
-  readout_weights(p, h0, h1, beta);
-  for (d = 0; d <= DH; d += 3) { /* three columns a pass, the ones column (the denominator) in the last */
+#if EDGEOSC_ASM
+  coupling_d8_asm(state + 2, w, h);
+#else
+  {
+    const int32_t *sc = state + 2;
+    for (a = 0; a < FEATURES; ++a, sc += 2) h[0] += (int64_t)w[a] * sc[0], h[1] += (int64_t)w[a] * sc[1];
+  }
+#endif
+  readout_weights(p, h[0], h[1], beta);
+#if EDGEOSC_ASM
+  readout_d8_asm(sr, beta, num);
+#else
+  for (d = 0; d <= DH; ++d) {
     const int32_t *col = sr + d;
-    int64_t s0 = 0, s1 = 0, s2 = 0;
-#pragma GCC unroll 9
-    for (m = 0; m < NR; ++m, col += DH + 1) {
-      const int32_t bm = beta[m], x0 = col[0], x1 = col[1], x2 = col[2];
-      s0 += (int64_t)bm * x0, s1 += (int64_t)bm * x1, s2 += (int64_t)bm * x2;
-    }
-    num[d] = s0, num[d + 1] = s1, num[d + 2] = s2;
+    int64_t sum = 0;
+    for (a = 0; a < NR; ++a, col += DH + 1) sum += (int64_t)beta[a] * col[0];
+    num[d] = sum;
   }
+#endif
   divider(p, num[DH], &div);
   if (div.any && div.e >= 1 && div.e <= 31)
     for (d = 0; d < DH; ++d) out[d] = divided_dsp(&div, num[d]);
@@ -876,6 +912,7 @@ static void linear_update_d8(const EdgeoscLinearParams *p, int32_t *state, const
 }
 #undef DH
 #undef NR
+#undef FEATURES
 
 /* Whether the DSP pass takes these keys (else the portable loops): readouts in int16, the head in its tables. */
 static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyTerms *tb) {
