@@ -154,8 +154,10 @@ def test_firmware_streams_frame_by_frame_as_it_runs_the_window(qat, tmp_path):
     text = (tmp_path / "one" / "one_model.c").read_text()
     core = "edgeosc_linear_stream_int8" if qat.cfg.attention == "oscillator" else "edgeosc_softmax_core_int8"
     assert "one_reset" in text and core in text  # softmax's one query against its cache: the fused core too
-    # the caches and the pooling's frames as rings (the new entry over the oldest), the stem's two frames shifted
-    assert text.count("edgeosc_ring_write_int8") == (5 if core == "edgeosc_softmax_core_int8" else 1)
+    # the caches as rings (the new entry over the oldest), the pooling's frames as a ring with running sums (O(1) a
+    # frame), the stem's two frames shifted
+    assert text.count("edgeosc_ring_write_int8") == (4 if core == "edgeosc_softmax_core_int8" else 0)
+    assert text.count("edgeosc_ring_sum_write_int8") == 1 and text.count("edgeosc_sum_pool_sums_int8") == 1
     assert core in (tmp_path / "win" / "win_model.c").read_text() or core == "edgeosc_linear_stream_int8"
     x = np.random.default_rng(1).integers(-60, 60, (T, 40)).astype(np.int8)
     frames = host_logits(tmp_path / "one", "one", x, work=tmp_path / "build")

@@ -636,6 +636,23 @@ void edgeosc_sum_pool_int8(const EdgeoscPoolParams *p, const int8_t *in, int8_t 
   }
 }
 
+void edgeosc_sum_pool_sums_int8(const EdgeoscPoolParams *p, const int32_t *sums, int8_t *out) {
+  const int32_t base = p->rows * p->zp_in;
+  int32_t c;
+#if EDGEOSC_DSP
+  EdgeoscDspRequant q;
+  if (edgeosc_dsp_requant_init(&q, p->rq.multiplier, p->rq.shift)) {
+    for (c = 0; c < p->cols; ++c)
+      out[c] = (int8_t)clamp(edgeosc_dsp_requant(&q, (sums[c] - base) * p->weight) + p->zp_out, p->act_min,
+                             p->act_max);
+    return;
+  }
+#endif
+  for (c = 0; c < p->cols; ++c)
+    out[c] = (int8_t)clamp(edgeosc_mbqm((sums[c] - base) * p->weight, p->rq.multiplier, p->rq.shift) + p->zp_out,
+                           p->act_min, p->act_max);
+}
+
 /* Runs BODY for every output element i, with ia and ib the broadcast offsets into a and b; the innermost
  * dim steps the offsets by its strides (no index arithmetic per element). */
 #define EDGEOSC_BROADCAST(s, BODY)                                                         \
@@ -834,6 +851,15 @@ void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out) {
 void edgeosc_ring_write_int8(int32_t rows, int32_t slots, int32_t n, const int8_t *in, int8_t *ring, int32_t *slot) {
   int32_t r;
   for (r = 0; r < rows; ++r) edgeosc_copy_int8(n, in + r * n, ring + (r * slots + *slot) * n);
+  *slot = *slot + 1 < slots ? *slot + 1 : 0;
+}
+
+void edgeosc_ring_sum_write_int8(int32_t rows, int32_t slots, int32_t n, const int8_t *in, int8_t *ring,
+                                 int32_t *slot, int32_t *sums) {
+  int32_t r, i;
+  int8_t *entry = ring + *slot * n;
+  for (r = 0; r < rows; ++r, entry += slots * n)
+    for (i = 0; i < n; ++i, ++in, ++sums) *sums += *in - entry[i], entry[i] = *in;
   *slot = *slot + 1 < slots ? *slot + 1 : 0;
 }
 

@@ -107,6 +107,10 @@ typedef struct {
 
 void edgeosc_sum_pool_int8(const EdgeoscPoolParams *p, const int8_t *in, int8_t *out);
 
+/** edgeosc_sum_pool_int8 of a summed ring (edgeosc_ring_sum_write_int8) from its running sums: sums[c] holds the sum
+ * of column c's p->rows entries, so the pool costs O(cols) whatever the ring's length. */
+void edgeosc_sum_pool_sums_int8(const EdgeoscPoolParams *p, const int32_t *sums, int8_t *out);
+
 /* Broadcasting over up to 4 dims: the output shape and each input's element stride per output dim
  * (0 where that input broadcasts). */
 typedef struct {
@@ -169,6 +173,11 @@ void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out);
 /** A streaming model's shift-register state kept as a ring (export/c/ops.py ring): `rows` rows of `slots` entries
  * of n bytes; the new entry (rows x n bytes) written over the oldest, slot *slot, which then advances. */
 void edgeosc_ring_write_int8(int32_t rows, int32_t slots, int32_t n, const int8_t *in, int8_t *ring, int32_t *slot);
+
+/** edgeosc_ring_write_int8 for a ring whose only reader sums it along its slots (a stream's pooling): sums[r n + i]
+ * (int32, kept between runs like the ring) takes the new entry less the one it overwrites, exactly. */
+void edgeosc_ring_sum_write_int8(int32_t rows, int32_t slots, int32_t n, const int8_t *in, int8_t *ring,
+                                 int32_t *slot, int32_t *sums);
 
 /** GATHER along one axis with constant indices: out[o, i, :] = in[o, index[i], :] for o < outer, i < n_index,
  * rows of `inner` bytes out of axis_size in the input. */

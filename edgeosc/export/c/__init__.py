@@ -26,7 +26,7 @@ from ...checkpoint import Checkpoint
 from ...config import NORMALIZE_MODES, ExportConfig, FeatureConfig
 from ...frontend import ACTIVE_DB, mfcc_constants, nats
 from ...io import write_json
-from .ops import Array, Call, Graph, Only, Ref, Slot, Struct, lower, read_graph
+from .ops import Array, Call, Graph, Only, Ref, Slot, Struct, Sums, lower, read_graph
 
 ALIGN = 4
 POINTER_BYTES = 4  # on Cortex-M: every parameter struct field is an int32_t or a pointer
@@ -72,9 +72,10 @@ def plan_arena(g: Graph, calls: list[Call], alias: dict) -> tuple[dict, int]:
         use(t, -1), use(t, len(calls))
     for call in calls:
         for a in call.args:
-            if isinstance(a, Slot):
-                sizes[("ring", a.ring)] = 4
-                use(("ring", a.ring), -1), use(("ring", a.ring), len(calls))
+            if isinstance(a, (Slot, Sums)):  # kept between runs
+                key = ("ring", a.ring) if isinstance(a, Slot) else ("sums", a.ring)
+                sizes[key] = 4 if isinstance(a, Slot) else 4 * a.count
+                use(key, -1), use(key, len(calls))
     for i, call in enumerate(calls):
         for a in call.args:
             if isinstance(a, Ref) and g.tensors[root(a.tensor)].data is None:
@@ -231,6 +232,8 @@ class Emitter:
                 args.append(f"a + {self.offsets[('scratch', i)]}")
             elif isinstance(a, Slot):  # a ring's next slot, kept between runs
                 args.append(f"(int32_t *)(void *)(a + {self.offsets[('ring', a.ring)]})")
+            elif isinstance(a, Sums):  # a summed ring's running sums, kept between runs
+                args.append(f"(int32_t *)(void *)(a + {self.offsets[('sums', a.ring)]})")
             elif a == "scratch32":  # int32 scratch (offsets are ALIGN-aligned)
                 args.append(f"(int32_t *)(void *)(a + {self.offsets[('scratch', i)]})")
             else:
@@ -306,6 +309,9 @@ class Emitter:
             return ""
         lines = [f"  *(int32_t *)(void *)(arena.bytes + {o}) = 0; /* ring {key[1]}'s next slot */\n"
                  for key, o in self.offsets.items() if isinstance(key, tuple) and key[0] == "ring"]
+        sums = {a.ring: a for c in self.calls for a in c.args if isinstance(a, Sums)}
+        lines += [f"  for (i = 0; i < {a.count}; ++i) ((int32_t *)(void *)(arena.bytes + {self.offsets[('sums', k)]}))[i] = "
+                  f"{a.start}; /* ring {k}'s running sums */\n" for k, a in sums.items()]
         for t, _ in self.g.states:
             x = self.g.tensors[t]
             ctype = CTYPES[x.dtype]

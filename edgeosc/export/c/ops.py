@@ -171,6 +171,15 @@ class Slot:
 
 
 @dataclass
+class Sums:
+    """A summed ring's running sums (Lowering.ring): `count` int32 in the arena, kept between runs, reset to `start`
+    (the ring's slots times its zero point: the sum of a ring at its zero point)."""
+    ring: int
+    count: int
+    start: int
+
+
+@dataclass
 class Call:
     """One kernel call fn(args...); args are Struct, Ref, Array, int, "scratch" (bytes) or "scratch32" (int32 words)."""
     fn: str
@@ -321,6 +330,7 @@ class Lowering:
         self.done: set[int] = set()
         self.folded_pad: dict[int, tuple] = {}  # PAD output -> (its input, rows on top, columns on the left)
         self.rings = 0  # shift-register states kept as rings (Slot)
+        self.summed: dict[int, Sums] = {}  # a summed ring's reader (its op index) -> the ring's running sums
 
     def t(self, i: int) -> Tensor:
         return self.g.tensors[i]
@@ -333,7 +343,7 @@ class Lowering:
             if op.index in self.done:
                 continue
             call = ((self.fuse and (self.oscillator_core(op) or self.softmax_core(op))) or self.lut(op)
-                    or self.pool(op) or self.ring(op) or self.single(op))
+                    or self.pool(op) or self.ring(op) or self.ring_pool(op) or self.single(op))
             self.calls.extend([] if call is None else call if isinstance(call, list) else [call])
         return self.calls
 
@@ -369,7 +379,9 @@ class Lowering:
         only where the order along the axis does not count: kept as a ring instead, the new entry written over the
         oldest (O(entry) a run, not O(state)). Order-free readers: a fused softmax core's keys and values (both
         rings advance together; its integer sums do not depend on the keys' order) and a FULLY_CONNECTED whose
-        weights are the same along the axis (the pooling's sum)."""
+        weights are the same along the axis (the pooling's sum). A ring read by such a FULLY_CONNECTED alone, one
+        unit without a bias summing its slots, also keeps each entry's running sum, which the write updates by the
+        new value less the one it overwrites: the pooling then costs O(entry) a run too (ring_pool)."""
         if op.kind != "CONCATENATION" or len(op.inputs) != 2 or op.options.fusedActivationFunction:
             return None
         pair = dict(self.g.states)
@@ -388,8 +400,25 @@ class Lowering:
             return None
         rows, n = int(np.prod(s_in.shape[:axis])), int(np.prod(s_in.shape[axis + 1:]))
         self.rings += 1
-        return self.emit("edgeosc_ring_write_int8", [rows, s_in.shape[axis], n, Ref(x.index), Ref(s_in.index),
-                                                      Slot(self.rings - 1)], [op, sl], s_in.name)
+        args = [rows, s_in.shape[axis], n, Ref(x.index), Ref(s_in.index), Slot(self.rings - 1)]
+        readers = self.g.consumers(sl.outputs[0])
+        if len(readers) == 1 and readers[0].kind == "FULLY_CONNECTED" and self.t(readers[0].inputs[1]).shape[0] == 1 \
+                and not (len(readers[0].inputs) > 2 and readers[0].inputs[2] >= 0):
+            sums = self.summed[readers[0].index] = Sums(self.rings - 1, rows * n, s_in.shape[axis] * s_in.z)
+            return self.emit("edgeosc_ring_sum_write_int8", [*args, sums], [op, sl], s_in.name)
+        return self.emit("edgeosc_ring_write_int8", args, [op, sl], s_in.name)
+
+    def ring_pool(self, op: Op):
+        """The FULLY_CONNECTED that sums a summed ring (see ring): the pool from its running sums."""
+        sums = self.summed.get(op.index)
+        if sums is None:
+            return None
+        x, w, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
+        lo, hi = act_range(out, op.options.fusedActivationFunction)
+        p = Struct("EdgeoscPoolParams", dict(rows=w.shape[1], cols=x.size // w.shape[1], zp_in=x.z,
+                                             weight=int(w.data.flat[0]), zp_out=out.z, act_min=lo, act_max=hi,
+                                             rq=product_rq(x.s, w.s, out.s)))
+        return self.emit("edgeosc_sum_pool_sums_int8", [p, sums, Ref(out.index)], [op], out.name)
 
     def order_free(self, op: Op, t: int, axis: int) -> bool:
         """Whether op's result does not depend on the order of t's entries along axis (see ring)."""
