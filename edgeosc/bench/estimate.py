@@ -646,14 +646,15 @@ STREAM_KINDS = ("oscillator", "softmax")
 
 
 def random_firmware(cfg, n_frames: int, out_dir: str | Path) -> tuple[Path, str]:
-    """An untrained, calibrated int8 network of ModelConfig cfg over n_frames frames, as generated C firmware
-    (folder, name). What the estimates count depends on the shapes; the values only move a few data-dependent
-    branches (the linear core's, requantization's), so random weights price a model as a trained one does."""
+    """An untrained, calibrated int8 network of ModelConfig cfg (any kind, DS-CNN included) over n_frames frames, as
+    generated C firmware (folder, name). What the estimates count depends on the shapes; the values only move a few
+    data-dependent branches (the linear core's, requantization's), so random weights price a model as a trained one
+    does."""
     import torch
 
     from ..config import QuantConfig
     from ..export.c import generate
-    from ..export.tflite import Graph
+    from ..export.tflite import firmware_int8
     from ..models.kws import build_model
     from ..quant import calibrate, quantize_model
     cfg = dataclasses.replace(cfg, n_frames=n_frames, dropout=0.0, window=0)
@@ -661,10 +662,10 @@ def random_firmware(cfg, n_frames: int, out_dir: str | Path) -> tuple[Path, str]
     qat = quantize_model(build_model(cfg).eval(), QuantConfig())
     calibrate(qat, [(torch.randn(16, n_frames, cfg.n_coeffs), None)], 1)
     qat.eval()
-    out, name = Path(out_dir), f"{cfg.attention}_t{n_frames}"
+    out, name = Path(out_dir), f"{cfg.attention.replace('-', '_')}_t{n_frames}"
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        (out / f"{name}.tflite").write_bytes(Graph(qat.net, qat, custom_core=cfg.form == "linear").build())
+        (out / f"{name}.tflite").write_bytes(firmware_int8(qat)[1])
     generate(out / f"{name}.tflite", out / name, name=name, features=None)
     return out / name, name
 
