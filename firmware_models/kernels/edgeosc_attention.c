@@ -340,7 +340,8 @@ int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, co
 /* ---- the linear oscillator core (d_osc 2; edgeosc/integer/reference.py, the linear core) ---------------- */
 
 /* [cos m t, sin m t] in Q15 for m = 1..p from x = 128 (cos t, sin t): powers of x_0 + i x_1. */
-static void harmonics_q15(const int8_t *x, int p, int32_t *out) {
+/* (inline: unrolled where p is a constant) */
+static inline __attribute__((always_inline)) void harmonics_q15(const int8_t *x, int p, int32_t *out) {
   int32_t c = (int32_t)x[0] * 256, s = (int32_t)x[1] * 256, m;
   for (m = 0; m < p; ++m) {
     const int32_t c2 = (c * x[0] - s * x[1] + 64) >> 7, s2 = (s * x[0] + c * x[1] + 64) >> 7;
@@ -401,24 +402,34 @@ typedef struct {
   const int8_t *v;
 } KeyTerms;
 
-static void key_terms(const EdgeoscLinearParams *p, const EdgeoscLinearKey *key, const int8_t *any_v, KeyTerms *t) {
+static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLinearParams *p,
+                                                               const EdgeoscLinearKey *key, const int8_t *any_v,
+                                                               KeyTerms *t, const int dh, const int pp) {
   int32_t harm[8], m, a;
   uint32_t spill = 0;
   if (!key) {
-    for (a = 0; a < p->d_head; ++a) t->K[a] = 0;
+    for (a = 0; a < dh; ++a) t->K[a] = 0;
     for (m = 0; m < 9; ++m) t->u[m] = 0;
     t->r0 = t->r1 = 0, t->v = any_v, t->fits = 1;
     return;
   }
-  for (a = 0; a < p->d_head; ++a) t->K[a] = (int16_t)(key->k[a] - p->zp_k);
+  for (a = 0; a < dh; ++a) t->K[a] = (int16_t)(key->k[a] - p->zp_k);
   t->r0 = key->sign * key->r[0], t->r1 = key->sign * key->r[1], t->v = key->v;
-  harmonics_q15(key->r, p->p, harm);
+  harmonics_q15(key->r, pp, harm);
   t->u[0] = key->sign * key->gate * 128;
-  for (m = 0; m < 2 * p->p; ++m) {
+  for (m = 0; m < 2 * pp; ++m) {
     t->u[m + 1] = key->sign * ((key->gate * harm[m] + 128) >> 8);
     spill |= (uint32_t)(t->u[m + 1] + 32768); /* bit 16 or above set: outside int16 */
   }
   t->fits = spill < 65536;
+}
+
+/* A key's terms (key_terms_of), unrolled for the default head (d_head 8, p 4) */
+static void key_terms(const EdgeoscLinearParams *p, const EdgeoscLinearKey *key, const int8_t *any_v, KeyTerms *t) {
+  if (p->d_head == 8 && p->p == 4)
+    key_terms_of(p, key, any_v, t, 8, 4);
+  else
+    key_terms_of(p, key, any_v, t, p->d_head, p->p);
 }
 
 /* The portable update: both keys' terms into the state, wrapping as uint32 (a key added then removed leaves it as
@@ -485,9 +496,10 @@ static int32_t shift_round64_high(int64_t x, int e) {
 
 /* The readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15) of z = h / |h|: h's direction in 14 bits, then
  * TFLite's L2 norm (h = 0: z = 0). */
-static inline void readout_weights(const EdgeoscLinearParams *p, int64_t h0, int64_t h1, int32_t *beta) {
+static inline __attribute__((always_inline)) void readout_weights_of(int64_t h0, int64_t h1, int32_t *beta,
+                                                                     const int pp) {
   static const int32_t kWeights[5][5] = {{0}, {2, 2}, {6, 8, 2}, {20, 30, 12, 2}, {70, 112, 56, 16, 2}};
-  const int32_t *w = kWeights[p->p];
+  const int32_t *w = kWeights[pp];
   const uint64_t a0 = (uint64_t)(h0 < 0 ? -h0 : h0), a1 = (uint64_t)(h1 < 0 ? -h1 : h1);
   const int e = bitlen64(a0 > a1 ? a0 : a1) - 14;
   int32_t hh[2], harm[8], m;
@@ -495,9 +507,14 @@ static inline void readout_weights(const EdgeoscLinearParams *p, int64_t h0, int
   hh[0] = (int32_t)shift_round64(h0, e);
   hh[1] = (int32_t)shift_round64(h1, e);
   l2norm_int32(hh, 2, z);
-  harmonics_q15(z, p->p, harm);
+  harmonics_q15(z, pp, harm);
   beta[0] = w[0] * 32768;
-  for (m = 1; m < 2 * p->p + 1; ++m) beta[m] = w[(m + 1) / 2] * harm[m - 1];
+  for (m = 1; m < 2 * pp + 1; ++m) beta[m] = w[(m + 1) / 2] * harm[m - 1];
+}
+
+/* readout_weights_of for the head's p (the default head's query calls it with 4: unrolled) */
+static void readout_weights(const EdgeoscLinearParams *p, int64_t h0, int64_t h1, int32_t *beta) {
+  readout_weights_of(h0, h1, beta, p->p);
 }
 
 /* One division per query: den (> 0) to 22 bits, m 2^21 / den a multiplier of each numerator. */
@@ -857,7 +874,7 @@ static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, 
     for (a = 0; a < FEATURES; ++a, sc += 2) h[0] += (int64_t)w[a] * sc[0], h[1] += (int64_t)w[a] * sc[1];
   }
 #endif
-  readout_weights(p, h[0], h[1], beta);
+  readout_weights_of(h[0], h[1], beta, 4);
 #if EDGEOSC_ASM
   readout_d8_asm(sr, beta, num);
 #else
