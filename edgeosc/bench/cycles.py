@@ -538,8 +538,8 @@ def emulate(elf_path: str | Path, symbol: str, args: Sequence[int | str] = (),
 
 
 def _stack_used(uc, sp: int) -> int:
-    """Bytes below `sp` that no longer hold the paint: the call's deepest stack (a word it wrote with the paint's
-    own value would hide, so the figure is a lower bound by at most the frames written just so)."""
+    """Bytes below `sp` that no longer hold the paint: the call's deepest stack (short of the truth only where its
+    deepest words were written with the paint's own value)."""
     base = STACK_TOP - STACK_SIZE
     words = np.frombuffer(bytes(uc.mem_read(base, sp - base)), np.uint32)
     touched = np.flatnonzero(words != np.frombuffer(STACK_PAINT, np.uint32)[0])

@@ -235,7 +235,8 @@ def estimate_model(firmware_dir: str | Path, name: str, input_int8, targets: Seq
     "targets": {core: {"isa", "compiler", "flags", "core_source" (of the timing table), "model": the
     priced inference (<name>_run), "attention": the priced fused attention core calls (None for a model
     generated without fuse), "share" of attention in the model's cycles, "by_function": exclusive
-    cycles per function, "stack_bytes": the deepest stack of the inference, measured, "peak_macs_per_cycle"}}}. A priced entry holds instructions, cycles, counts by
+    cycles per function, "stack_bytes": the inference's deepest stack, measured, "peak_macs_per_cycle"}}}.
+    A priced entry holds instructions, cycles, counts by
     class, macs, cycles_per_mac, mac_efficiency (floor / achieved cycles per MAC) and, per device of
     that core in devices.DEVICES, latency_ms, energy_uj and nj_per_mac.
     The logits must equal `expected` if given, else the host build's (when a host compiler exists), and

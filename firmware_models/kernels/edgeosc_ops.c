@@ -115,7 +115,7 @@ static inline int32_t requant_dsp(int32_t acc, int32_t m2, int32_t right, int32_
 }
 
 /* Output channels are taken UNIT_CHUNK at a time: their accumulators (four rows, 256 bytes) sit on the stack between
- * the matrix product and the requantization (the firmware's stack is 1 KiB: firmware_models/tools/mps2.ld). */
+ * the matrix product and the requantization (the firmware's whole stack is 2 KiB: firmware_models/tools/mps2.ld). */
 #define UNIT_CHUNK 16
 
 /* requant_dsp with c = 2^(right-1) + zp_out 2^right (requant_c): the zero point added before the shift, which is
