@@ -131,7 +131,8 @@ def _stream_lines(r: dict) -> list[str]:
              "streaming variant (`model.window = W`, docs/maths.md#streaming) runs one new frame per hop as its own "
              "firmware (stream_int8.tflite -> C, its state in the arena), its linear oscillator core adding the new "
              "key and subtracting the expired one (O(1) per frame), softmax reading W cached keys (O(W)), both "
-             "pooling the last W frames. Recompute: the window model over all W frames on every hop. Untrained "
+             "pooling the last W frames by a running sum (O(1)). Recompute: the window model over all W frames on "
+             "every hop. Untrained "
              "networks of the pipeline's shapes, emulated once the window is full "
              "(`edgeosc.bench.estimate.stream_cycles`); energy = the device's active power x time, idle not counted.",
              "",

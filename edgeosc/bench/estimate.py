@@ -726,7 +726,8 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     per_hop_cycles: one new frame through the streaming network's own firmware (stream_int8.tflite -> C, its state
     in the arena; stream_hop), once the window is full: the oscillator's linear core adds the new key, subtracts the
     expired one and queries its sums (O(1) whatever W); softmax's query reads its W cached keys (O(W)); both pool
-    the last W frames' outputs (O(W), the same for both). per_hop_attention_cycles: the attention cores' share.
+    the last W frames' outputs by a running sum (O(1), the same for both). per_hop_attention_cycles: the attention
+    cores' share.
     recompute_cycles: the whole-clip network over W frames, which a non-streaming spotter runs on every hop. Each
     row also has their ratio, latency_ms and energy_uj per hop, and energy per second of audio (uj_per_s) at one
     hop per hop_ms, for both. Emulated logits are checked against the host build.
