@@ -751,8 +751,8 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
                                                              int8_t *out, const int query) {
   const int n = p->d_head + 1, dv = p->d_value, nr = 2 * p->p + 1, stride = dv + 1;
   int32_t t[ROW_WORDS * (DSP_MAX_D_HEAD + 1) + 1]; /* the coupling's table */
-  int32_t vv[DSP_MAX_D_HEAD + 1];                 /* the columns' (V_a, V_b), V = v - zp_v; (1, 1) */
-  int32_t ub[20], beta[9];                                   /* the readout's table */
+  int32_t vv[DSP_MAX_D_HEAD + 1];                   /* the columns' (V_a, V_b), V = v - zp_v; (1, 1) */
+  int32_t ub[20], beta[9];                          /* the readout's table */
   int64_t h[2], num[DSP_MAX_D_HEAD], n0, n1;
   int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(p->d_head);
   int32_t i, m, d;
@@ -931,6 +931,10 @@ static void linear_update_d8(const EdgeoscLinearParams *p, int32_t *state, const
 #undef NR
 #undef FEATURES
 
+/* The head the models run (d_head = d_value = 8, p = 4): its update and query unrolled (linear_update_d8 and
+ * linear_query_d8) */
+static int default_head(const EdgeoscLinearParams *p) { return p->d_head == 8 && p->d_value == 8 && p->p == 4; }
+
 /* Whether the DSP pass takes these keys (else the portable loops): readouts in int16, the head in its tables. */
 static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyTerms *tb) {
   return ta->fits && tb->fits && p->d_head <= DSP_MAX_D_HEAD && p->d_value <= DSP_MAX_D_HEAD;
@@ -944,7 +948,7 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const E
   key_terms(p, b, a->v, &tb);
 #if EDGEOSC_DSP
   if (dsp_pass(p, &ta, &tb)) {
-    if (p->d_head == 8 && p->d_value == 8 && p->p == 4) /* the default head */
+    if (default_head(p))
       linear_update_d8(p, state, &ta, &tb);
     else
       linear_pass(p, state, &ta, &tb, 0, 0, 0);
@@ -956,7 +960,7 @@ void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const E
 
 void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
 #if EDGEOSC_DSP
-  if (p->d_head == 8 && p->d_value == 8 && p->p == 4) { /* the default head, as the models run it */
+  if (default_head(p)) {
     linear_query_d8(p, state, q, out);
     return;
   }
@@ -971,7 +975,7 @@ void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const Edg
   key_terms(p, b, a->v, &tb);
 #if EDGEOSC_DSP
   if (dsp_pass(p, &ta, &tb)) {
-    if (p->d_head == 8 && p->d_value == 8 && p->p == 4) { /* the default head: unrolled, an update then a query */
+    if (default_head(p)) { /* an update then a query */
       linear_update_d8(p, state, &ta, &tb);
       linear_query_d8(p, state, q, out);
     } else {
