@@ -343,6 +343,7 @@ int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, co
 /* (inline: unrolled where p is a constant) */
 static inline __attribute__((always_inline)) void harmonics_q15(const int8_t *x, int p, int32_t *out) {
   int32_t c = (int32_t)x[0] * 256, s = (int32_t)x[1] * 256, m;
+#pragma GCC unroll 4
   for (m = 0; m < p; ++m) {
     const int32_t c2 = (c * x[0] - s * x[1] + 64) >> 7, s2 = (s * x[0] + c * x[1] + 64) >> 7;
     out[2 * m] = c;
@@ -413,10 +414,12 @@ static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLine
     t->r0 = t->r1 = 0, t->v = any_v, t->fits = 1;
     return;
   }
+#pragma GCC unroll 8
   for (a = 0; a < dh; ++a) t->K[a] = (int16_t)(key->k[a] - p->zp_k);
   t->r0 = key->sign * key->r[0], t->r1 = key->sign * key->r[1], t->v = key->v;
   harmonics_q15(key->r, pp, harm);
   t->u[0] = key->sign * key->gate * 128;
+#pragma GCC unroll 8
   for (m = 0; m < 2 * pp; ++m) {
     t->u[m + 1] = key->sign * ((key->gate * harm[m] + 128) >> 8);
     spill |= (uint32_t)(t->u[m + 1] + 32768); /* bit 16 or above set: outside int16 */
@@ -509,6 +512,7 @@ static inline __attribute__((always_inline)) void readout_weights_of(int64_t h0,
   l2norm_int32(hh, 2, z);
   harmonics_q15(z, pp, harm);
   beta[0] = w[0] * 32768;
+#pragma GCC unroll 8
   for (m = 1; m < 2 * pp + 1; ++m) beta[m] = w[(m + 1) / 2] * harm[m - 1];
 }
 
@@ -1089,7 +1093,7 @@ int edgeosc_linear_stream_int8(const EdgeoscLinearParams *p, const int8_t *q, co
                                int8_t *kept) {
   const int T = p->tokens, dh = p->d_head, dv = p->d_value, W = p->window, row = dh + dv + 3;
   const size_t words = EDGEOSC_LINEAR_STATE_WORDS(dh, dv, p->p);
-  int hd, i, a;
+  int hd, i;
   if (!linear_params_ok(p) || !p->causal || W <= 0 || clock[1] < 0 || clock[1] > W || clock[2] < 0 ||
       clock[2] >= W)
     return -1;
@@ -1109,8 +1113,8 @@ int edgeosc_linear_stream_int8(const EdgeoscLinearParams *p, const int8_t *q, co
         expired.gate = g ? keep[dh + dv + 2] - p->zp_g : 256, expired.sign = -1;
       }
       edgeosc_linear_step(p, state, &key, held == W ? &expired : NULL, qh + (size_t)i * dh, oh + (size_t)i * dv);
-      for (a = 0; a < dh; ++a) keep[a] = key.k[a];
-      for (a = 0; a < dv; ++a) keep[dh + a] = key.v[a];
+      edgeosc_copy_bytes(keep, key.k, dh);
+      edgeosc_copy_bytes(keep + dh, key.v, dv);
       keep[dh + dv] = key.r[0], keep[dh + dv + 1] = key.r[1], keep[dh + dv + 2] = gh ? gh[i] : 0;
       if (held < W) ++held;
     }

@@ -843,10 +843,7 @@ void edgeosc_transpose_int8(const EdgeoscTransposeParams *p, const int8_t *in, i
       }
 }
 
-void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out) {
-  int32_t i;
-  for (i = 0; i < n; ++i) out[i] = in[i];
-}
+void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out) { edgeosc_copy_bytes(out, in, n); }
 
 void edgeosc_ring_write_int8(int32_t rows, int32_t slots, int32_t n, const int8_t *in, int8_t *ring, int32_t *slot) {
   int32_t r;

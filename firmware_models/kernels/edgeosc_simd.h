@@ -99,6 +99,15 @@ static inline int32_t edgeosc_dsp_requant(const EdgeoscDspRequant *q, int32_t ac
 #define EDGEOSC_DSP 0
 #endif
 
+/* n bytes, a word at a time where the core loads and stores words at any address (Armv7E-M's LDR / STR) */
+static inline void edgeosc_copy_bytes(int8_t *to, const int8_t *from, int32_t n) {
+  int32_t i = 0;
+#if EDGEOSC_DSP
+  for (; i + 4 <= n; i += 4) *(edgeosc_unaligned_i32 *)(void *)(to + i) = edgeosc_read4(from + i);
+#endif
+  for (; i < n; ++i) to[i] = from[i];
+}
+
 /* EDGEOSC_ASM: the DSP path's matrix-product loops in Thumb-2 assembly (edgeosc_ops.c). They hold 13 registers,
  * which an unoptimised build cannot give (gcc -O0 keeps r7 as its frame pointer), so such builds, and any with
  * EDGEOSC_NO_ASM, take the same loops in C (same integers, about a third slower). */
