@@ -142,7 +142,8 @@ def test_shipped_firmware_fits_its_stack(tmp_path):
         pytest.skip("no Thumb compiler")
     from edgeosc.cbuild import FIRMWARE
     ld = (FIRMWARE / "tools" / "mps2.ld").read_text()
-    reserve = int(re.search(r"STACK_SIZE\s*=\s*DEFINED\(STACK_SIZE\)\s*\?\s*STACK_SIZE\s*:\s*(0x[0-9a-fA-F]+)", ld)[1], 16)
+    reserve = int(re.search(r"STACK_SIZE\s*=\s*DEFINED\(STACK_SIZE\)\s*\?\s*STACK_SIZE\s*:\s*(0x[0-9a-fA-F]+)",
+                            ld)[1], 16)
     osc = ModelConfig(**SHIPPED_OSCILLATOR)
     configs = {"oscillator": osc, "softmax": dataclasses.replace(
         osc, attention="softmax", d_osc=8, positive="relu2", key_gate=False, form="direct")}
@@ -150,9 +151,11 @@ def test_shipped_firmware_fits_its_stack(tmp_path):
     for kind, cfg in configs.items():
         fw, name = E.random_firmware(cfg, cfg.n_frames, tmp_path / kind)
         x = np.random.default_rng(1).integers(-128, 128, E._io_bytes(fw, name)[0]).astype(np.int8)
-        stacks[kind] = E.estimate_model(fw, name, x, ("cortex-m4",), tmp_path / "work")["targets"]["cortex-m4"]["stack_bytes"]
+        est = E.estimate_model(fw, name, x, ("cortex-m4",), tmp_path / "work")
+        stacks[kind] = est["targets"]["cortex-m4"]["stack_bytes"]
         fw, name = E.random_stream_firmware(cfg, cfg.n_frames, tmp_path / f"{kind}-stream")
-        stacks[f"{kind} stream"] = E.stream_hop(fw, name, cfg.n_frames, work_dir=tmp_path / "work", hops=1)["stack_bytes"]
+        hop = E.stream_hop(fw, name, cfg.n_frames, work_dir=tmp_path / "work", hops=1)
+        stacks[f"{kind} stream"] = hop["stack_bytes"]
     print(stacks, reserve)
     # every inference has frames (run, kernel, helpers): a measurement that broke would read 0
     assert all(256 < s <= reserve for s in stacks.values()), (stacks, reserve)

@@ -310,8 +310,9 @@ class Emitter:
         lines = [f"  *(int32_t *)(void *)(arena.bytes + {o}) = 0; /* ring {key[1]}'s next slot */\n"
                  for key, o in self.offsets.items() if isinstance(key, tuple) and key[0] == "ring"]
         sums = {a.ring: a for c in self.calls for a in c.args if isinstance(a, Sums)}
-        lines += [f"  for (i = 0; i < {a.count}; ++i) ((int32_t *)(void *)(arena.bytes + {self.offsets[('sums', k)]}))[i] = "
-                  f"{a.start}; /* ring {k}'s running sums */\n" for k, a in sums.items()]
+        lines += [f"  for (i = 0; i < {a.count}; ++i) ((int32_t *)(void *)(arena.bytes + "
+                  f"{self.offsets[('sums', k)]}))[i] = {a.start}; /* ring {k}'s running sums */\n"
+                  for k, a in sums.items()]
         for t, _ in self.g.states:
             x = self.g.tensors[t]
             ctype = CTYPES[x.dtype]
