@@ -873,6 +873,9 @@ class Lowering:
         x, perm, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
         if perm.data is None or len(x.shape) > 4:
             raise UnsupportedGraph(f"{out.name}: TRANSPOSE needs a constant permutation of <= 4 dims")
+        moved = [int(d) for d in perm.data if x.shape[int(d)] > 1]
+        if moved == sorted(moved) and op.outputs[0] not in self.alias:  # only size-1 dims move: the same bytes
+            return self.op_reshape(op)
         pad = 4 - len(x.shape)
         dense = np.cumprod((1,) + x.shape[:0:-1])[::-1]
         p = Struct("EdgeoscTransposeParams", dict(out_dims=[1] * pad + list(out.shape),
