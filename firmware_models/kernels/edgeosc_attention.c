@@ -11,6 +11,14 @@ static void l2norm_int32(const int32_t *d, int n, int8_t *out) {
   int i, shift;
   for (i = 0; i < n; ++i) acc += d[i] * d[i];
   edgeosc_inv_sqrt_multiplier(acc, &mult, &shift);
+#if EDGEOSC_DSP /* edgeosc_mbqm with SRDHM(a, M) = SMMULR(a, 2M) for M in [0, 2^30), which 1/sqrt's multipliers are */
+  if (mult >= 0 && mult < 1 << 30) {
+    const int left = shift + 7 > 0 ? shift + 7 : 0, right = shift + 7 > 0 ? 0 : -(shift + 7);
+    for (i = 0; i < n; ++i)
+      out[i] = clamp8(edgeosc_rdbpot(edgeosc_smmulr((int32_t)((uint32_t)d[i] << left), 2 * mult), right));
+    return;
+  }
+#endif
   for (i = 0; i < n; ++i) out[i] = clamp8(edgeosc_mbqm(d[i], mult, shift + 7));
 }
 
