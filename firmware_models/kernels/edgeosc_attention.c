@@ -435,9 +435,13 @@ static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLine
   t->fits = spill < 65536;
 }
 
-/* A key's terms (key_terms_of), unrolled for the default head (d_head 8, p 4) */
+/* The head the models run (d_head = d_value = 8, p = 4): its key terms unrolled, on the DSP path its update and
+ * query too (linear_update_d8, linear_query_d8) */
+static int default_head(const EdgeoscLinearParams *p) { return p->d_head == 8 && p->d_value == 8 && p->p == 4; }
+
+/* A key's terms (key_terms_of), unrolled for the default head */
 static void key_terms(const EdgeoscLinearParams *p, const EdgeoscLinearKey *key, const int8_t *any_v, KeyTerms *t) {
-  if (p->d_head == 8 && p->p == 4)
+  if (default_head(p))
     key_terms_of(p, key, any_v, t, 8, 4);
   else
     key_terms_of(p, key, any_v, t, p->d_head, p->p);
@@ -565,6 +569,16 @@ static inline __attribute__((always_inline)) int8_t divided_dsp(const Divider *d
   int32_t phi = (int32_t)(dv->round >> 32);
   __asm__("smlal %0, %1, %2, %3" : "+r"(plo), "+r"(phi) : "r"(y), "r"(dv->inv));
   return (int8_t)__ssat((phi >> (dv->shift - 32)) + dv->zp_out, 8);
+}
+
+/* A query's n outputs num[d] / den: divided_dsp where the divider takes it, else divided */
+static inline __attribute__((always_inline)) void divided_row(const Divider *dv, const int64_t *num, int n,
+                                                              int8_t *out) {
+  int d;
+  if (dv->any && dv->e >= 1 && dv->e <= 31)
+    for (d = 0; d < n; ++d) out[d] = divided_dsp(dv, num[d]);
+  else
+    for (d = 0; d < n; ++d) out[d] = divided(dv, num[d]);
 }
 #endif
 
@@ -815,10 +829,7 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
       readout_columns(sr + d, sr + d + 1, vv[d], vv[d + 1], stride, ub, &num[d], &num[d + 1], query);
   if (dv & 1)
     readout_columns(sr + dv - 1, sr + dv - 1, vv[dv - 1], vv[dv - 1], stride, ub, &num[dv - 1], &n1, query);
-  if (query) {
-    const int fast = div.any && div.e >= 1 && div.e <= 31;
-    for (d = 0; d < dv; ++d) out[d] = fast ? divided_dsp(&div, num[d]) : divided(&div, num[d]);
-  }
+  if (query) divided_row(&div, num, dv, out);
 }
 
 /* A query alone on the DSP path for the default head (d_head = d_value = 8, p = 4: DH, NR), the portable query's
@@ -863,7 +874,7 @@ __attribute__((naked, noinline)) static void readout_d8_asm(const int32_t *sr __
 
 static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
   const int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
-  int32_t Q[DH], w[FEATURES], beta[NR], *wp = w, a, b, d;
+  int32_t Q[DH], w[FEATURES], beta[NR], *wp = w, a, b;
   int64_t h[2], num[DH + 1];
   Divider div;
   h[0] = (int64_t)p->c1 * p->c1 * state[0], h[1] = (int64_t)p->c1 * p->c1 * state[1];
@@ -890,18 +901,15 @@ static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, 
 #if EDGEOSC_ASM
   readout_d8_asm(sr, beta, num);
 #else
-  for (d = 0; d <= DH; ++d) {
-    const int32_t *col = sr + d;
+  for (b = 0; b <= DH; ++b) { /* column b */
+    const int32_t *col = sr + b;
     int64_t sum = 0;
     for (a = 0; a < NR; ++a, col += DH + 1) sum += (int64_t)beta[a] * col[0];
-    num[d] = sum;
+    num[b] = sum;
   }
 #endif
   divider(p, num[DH], &div);
-  if (div.any && div.e >= 1 && div.e <= 31)
-    for (d = 0; d < DH; ++d) out[d] = divided_dsp(&div, num[d]);
-  else
-    for (d = 0; d < DH; ++d) out[d] = divided(&div, num[d]);
+  divided_row(&div, num, DH, out);
 }
 
 /* Two keys into the state on the DSP path for the default head, linear_pass's sums (query 0) unrolled: each
@@ -942,10 +950,6 @@ static void linear_update_d8(const EdgeoscLinearParams *p, int32_t *state, const
 #undef DH
 #undef NR
 #undef FEATURES
-
-/* The head the models run (d_head = d_value = 8, p = 4): its update and query unrolled (linear_update_d8 and
- * linear_query_d8) */
-static int default_head(const EdgeoscLinearParams *p) { return p->d_head == 8 && p->d_value == 8 && p->p == 4; }
 
 /* Whether the DSP pass takes these keys (else the portable loops): readouts in int16, the head in its tables. */
 static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyTerms *tb) {

@@ -107,18 +107,12 @@ typedef struct {
   int32_t zp_out, lo, hi;
 } Output;
 
-/* edgeosc_dsp_requant(acc) + zp_out for the constants (2M, right) of one channel, with half = 2^(right-1): as
- * scalars, so that loops keep them in registers */
-static inline int32_t requant_dsp(int32_t acc, int32_t m2, int32_t right, int32_t half, int32_t zp_out) {
-  const EdgeoscDspRequant q = {m2, 0, right, half};
-  return edgeosc_dsp_requant(&q, acc) + zp_out;
-}
-
 /* Output channels are taken UNIT_CHUNK at a time: their accumulators (four rows, 256 bytes) sit on the stack between
  * the matrix product and the requantization (the firmware's whole stack is 2 KiB: firmware_models/tools/mps2.ld). */
 #define UNIT_CHUNK 16
 
-/* requant_dsp with c = 2^(right-1) + zp_out 2^right (requant_c): the zero point added before the shift, which is
+/* edgeosc_dsp_requant(acc) + zp_out for the constants (2M, right) of one channel, with c = 2^(right-1) + zp_out 2^right
+ * (requant_c): the zero point added before the shift, which is
  * exact (a multiple of 2^right passes through it), and x - [x < 0] before the saturating add (x > INT32_MIN:
  * |SRDHM(a, M)| < |a| for M < 2^31). Where QADD saturates the exact value is past int8 by the same sign, so both
  * clamp alike (right <= 23). Scalars, kept in registers. */
