@@ -620,13 +620,18 @@ void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, in
   }
 }
 
+/* A sum pool's output from its column's sum of (in - zp_in) */
+static int8_t pool_out(const EdgeoscPoolParams *p, int32_t acc) {
+  return (int8_t)clamp(edgeosc_mbqm(acc * p->weight, p->rq.multiplier, p->rq.shift) + p->zp_out, p->act_min,
+                       p->act_max);
+}
+
 void edgeosc_sum_pool_int8(const EdgeoscPoolParams *p, const int8_t *in, int8_t *out) {
   int32_t r, c;
   for (c = 0; c < p->cols; ++c) {
     int32_t acc = 0;
     for (r = 0; r < p->rows; ++r) acc += in[r * p->cols + c] - p->zp_in;
-    out[c] = (int8_t)clamp(edgeosc_mbqm(acc * p->weight, p->rq.multiplier, p->rq.shift) + p->zp_out,
-                           p->act_min, p->act_max);
+    out[c] = pool_out(p, acc);
   }
 }
 
@@ -642,9 +647,7 @@ void edgeosc_sum_pool_sums_int8(const EdgeoscPoolParams *p, const int32_t *sums,
     return;
   }
 #endif
-  for (c = 0; c < p->cols; ++c)
-    out[c] = (int8_t)clamp(edgeosc_mbqm((sums[c] - base) * p->weight, p->rq.multiplier, p->rq.shift) + p->zp_out,
-                           p->act_min, p->act_max);
+  for (c = 0; c < p->cols; ++c) out[c] = pool_out(p, sums[c] - base);
 }
 
 /* Runs BODY for every output element i, with ia and ib the broadcast offsets into a and b; the innermost
