@@ -121,8 +121,8 @@ static inline int32_t requant_zp(int32_t acc, int32_t m2, int32_t right, int32_t
   return __qadd(x + (x >> 31), c) >> right;
 }
 
-static inline int32_t requant_c(int32_t right, int32_t zp_out) {
-  return (int32_t)(((1u << right) >> 1) + ((uint32_t)zp_out << right));
+static inline int32_t requant_c(int32_t right, int32_t zp_out) { /* 2^(right-1) + zp_out 2^right, right >= 1 */
+  return (int32_t)((uint32_t)(2 * zp_out + 1) << (right - 1));
 }
 
 static inline int32_t clamp_dsp(int32_t y, int32_t lo, int32_t hi, int full) {
