@@ -121,8 +121,8 @@ static inline int32_t requant_zp(int32_t acc, int32_t m2, int32_t right, int32_t
   return __qadd(x + (x >> 31), c) >> right;
 }
 
-static inline int32_t requant_c(int32_t right, int32_t zp_out) { /* 2^(right-1) + zp_out 2^right, right >= 1 */
-  return (int32_t)((uint32_t)(2 * zp_out + 1) << (right - 1));
+static inline int32_t requant_c(int32_t right, int32_t zp_out) {
+  return (int32_t)(((1u << right) >> 1) + ((uint32_t)zp_out << right));
 }
 
 static inline int32_t clamp_dsp(int32_t y, int32_t lo, int32_t hi, int full) {
@@ -138,9 +138,12 @@ __attribute__((always_inline)) static inline void requant_units(const int32_t *k
                                                                 int8_t *const *rows) {
   int8_t *const r0 = rows[0], *const r1 = rows[count < 4 ? 0 : 1], *const r2 = rows[count < 4 ? 0 : 2],
          *const r3 = rows[count < 4 ? 0 : 3];
+  /* a channel's rounding constant for one row as (2 zp + 1) << (right - 1), two steps less than requant_c; four
+   * rows keep requant_c (with the extra register held there, DS-CNN's pointwise layers ran 0.3% slower) */
+  const uint32_t odd_zp = 2u * (uint32_t)zp + 1u;
   int32_t m2 = k[0], right = k[1], c = requant_c(right, zp), u;
   for (u = 0; u < n; ++u, k += k_step) {
-    if (k_step) m2 = k[0], right = k[1], c = requant_c(right, zp);
+    if (k_step) m2 = k[0], right = k[1], c = count == 4 ? requant_c(right, zp) : (int32_t)(odd_zp << (right - 1));
     r0[u] = (int8_t)clamp_dsp(requant_zp(acc[u], m2, right, c), lo, hi, full);
     if (count == 4) {
       r1[u] = (int8_t)clamp_dsp(requant_zp(acc[UNIT_CHUNK + u], m2, right, c), lo, hi, full);
