@@ -154,6 +154,42 @@ def test_inv_sqrt_multiplier_on_the_dsp_path_equals_the_reference(tmp_path):
     np.testing.assert_array_equal(run.outputs["shift"], shift)
 
 
+@pytest.mark.parametrize("input_scale", [0.02, 0.2])
+def test_softmax_row_on_the_dsp_path_equals_the_portable_path(input_scale, tmp_path):
+    """SOFTMAX's int8 row through its exp table (the softmax core's rows, streams' and windows'): its DSP path (the
+    maximum four bytes a step, unrolled sums) against the portable loops, both emulated on the Cortex-M4, over rows
+    of every length class (shorter than a word, whole words, tails) with the maximum at the start, the end and in a
+    tail."""
+    from edgeosc.bench import cycles as C
+    from edgeosc.integer import reference as R
+    rng = np.random.default_rng(11)
+    lengths = [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 48, 49, 50, 51]
+    rows = []
+    for n in lengths:
+        for where in (0, n - 1, n // 2):
+            row = rng.integers(-128, 100, n)
+            row[where] = rng.integers(100, 128)
+            rows.append(row)
+    rows.append(np.full(7, -128))
+    x = np.concatenate(rows).astype(np.int8)
+    lens = np.array([len(r) for r in rows], np.int32)
+    lut = R.softmax_exp_table(*R.softmax_params(input_scale, 1.0))
+    driver = E._text(tmp_path, "softmax_rows", "\n".join([
+        '#include "edgeosc_attention.h"',
+        "int softmax_rows(const int8_t *x, const int32_t *lens, int n, const int32_t *lut, int8_t *out) {",
+        "  int i;",
+        "  for (i = 0; i < n; x += lens[i], out += lens[i], ++i) edgeosc_softmax_row_lut_int8(x, lens[i], lut, out);",
+        "  return n;", "}", ""]))
+    outs = []
+    for flags in (E.CFLAGS, (*E.CFLAGS, "-DEDGEOSC_PORTABLE")):
+        elf = E.build([*E.KERNEL_SOURCES, driver], "cortex-m4", tmp_path / flags[-1].strip("-"), flags=flags)
+        run = C.emulate(elf, "softmax_rows", ["x", "lens", lens.size, "lut", "out"],
+                        dict(x=x, lens=lens, lut=lut, out=np.zeros_like(x)), core="cortex-m4")
+        outs.append(run.outputs["out"])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert len(np.unique(outs[1])) > 20  # real probabilities, not a constant row
+
+
 def newton_stays_unsaturated(stride: int) -> bool:
     """The DSP path's premise for 1/sqrt: over every stride-th normalised input x in [2^27, 2^29), TFLite's five
     Newton steps never saturate and y stays in [2^28, 2^30), so SMMULR with plain shifts computes them exactly.

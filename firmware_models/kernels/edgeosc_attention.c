@@ -88,10 +88,19 @@ void edgeosc_softmax_row_int8(const int8_t *x, int n, int32_t beta_multiplier,
 
 void edgeosc_softmax_row_lut_int8(const int8_t *x, int n, const int32_t *exp_lut, int8_t *out) {
   int32_t max = -128, sum = 0, scale;
-  int i, bits_over_unit, exponent;
-  for (i = 0; i < n; ++i)
+  int i = 0, bits_over_unit, exponent;
+#if EDGEOSC_DSP
+  if (n >= 4) { /* four bytes a step (SSUB8, SEL), then the word's four lanes folded */
+    int32_t m4 = edgeosc_read4(x);
+    for (i = 4; i + 4 <= n; i += 4) m4 = edgeosc_max_s8x4(edgeosc_read4(x + i), m4);
+    m4 = edgeosc_max_s8x4(m4, (int32_t)((uint32_t)m4 >> 16 | (uint32_t)m4 << 16));
+    max = (int8_t)edgeosc_max_s8x4(m4, (int32_t)((uint32_t)m4 >> 8 | (uint32_t)m4 << 24));
+  }
+#endif
+  for (; i < n; ++i)
     if (x[i] > max) max = x[i];
 #if EDGEOSC_DSP /* exps are >= 0: the shift's ties away from zero are an unsigned add that cannot wrap */
+#pragma GCC unroll 4
   for (i = 0; i < n; ++i) sum += (int32_t)(((uint32_t)exp_lut[max - x[i]] + 2048u) >> 12);
 #else
   for (i = 0; i < n; ++i) sum += edgeosc_rdbpot(exp_lut[max - x[i]], 12);
@@ -104,6 +113,7 @@ void edgeosc_softmax_row_lut_int8(const int8_t *x, int n, const int32_t *exp_lut
   if (scale >= (1 << 30) && exponent >= 1 && exponent <= 31) {
     const int32_t m2 = (int32_t)((uint32_t)scale << 1);
     const uint32_t half = 1u << (exponent - 1);
+#pragma GCC unroll 4
     for (i = 0; i < n; ++i) {
       const int32_t e = exp_lut[max - x[i]], y = edgeosc_smmulr(e, m2) + e;
       out[i] = (int8_t)__ssat((int32_t)(((uint32_t)y + half) >> exponent) - 128, 8);

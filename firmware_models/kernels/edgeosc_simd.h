@@ -65,6 +65,14 @@ static inline int32_t edgeosc_srdhm_dsp(int32_t a, int32_t b) {
   return lo;
 }
 
+/* The bytewise signed maximum of two words: SSUB8 sets a GE flag for each byte where a >= b, SEL takes those bytes
+ * of a and the others of b (one asm statement: nothing may touch the GE flags between the two). */
+static inline int32_t edgeosc_max_s8x4(int32_t a, int32_t b) {
+  int32_t r;
+  __asm__("ssub8 %0, %1, %2\n\tsel %0, %1, %2" : "=&r"(r) : "r"(a), "r"(b) : "cc");
+  return r;
+}
+
 /* round(a * b / 2^32), ties up: SMMULR (no ACLE intrinsic). */
 static inline int32_t edgeosc_smmulr(int32_t a, int32_t b) {
   int32_t r;
