@@ -190,6 +190,14 @@ def test_softmax_row_on_the_dsp_path_equals_the_portable_path(input_scale, tmp_p
     assert len(np.unique(outs[1])) > 20  # real probabilities, not a constant row
 
 
+def test_softmax_core_past_its_packed_pairs_equals_the_reference(tmp_path):
+    """The softmax core's mix packs a query's probability pairs on the stack, 64 pairs at a time: at T = 131 a row
+    takes two chunks, the second a lone pair, and an odd last key. core_scaling checks every output against the
+    integer reference on the emulated Cortex-M4 (and the linear core's at that T)."""
+    (row,) = E.core_scaling(T_values=(131,), d_osc_values=(2,), core="cortex-m4", work_dir=tmp_path)
+    assert row["softmax_cycles"] > 0 and row["oscillator_linear_cycles"] < row["softmax_cycles"]
+
+
 def newton_stays_unsaturated(stride: int) -> bool:
     """The DSP path's premise for 1/sqrt: over every stride-th normalised input x in [2^27, 2^29), TFLite's five
     Newton steps never saturate and y stays in [2^28, 2^30), so SMMULR with plain shifts computes them exactly.

@@ -206,18 +206,29 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
      * against (v_j,d, v_j+1,d), gathered from two rows' SXTB16 lanes with PKHBT / PKHTB */
     EdgeoscDspRequant q;
     const int dsp = rounding == EDGEOSC_ROUND_AWAY && edgeosc_dsp_requant_init(&q, rq.multiplier, rq.shift);
-    int32_t asum = 0, apair[MIX_PAIRS];
+    int32_t asum = T & 1 ? row[T - 1] - za : 0, apair[MIX_PAIRS];
     const int pairs = T / 2;
-    for (j = 0; j < T; ++j) asum += row[j] - za;
+    const int32_t za2 = edgeosc_pair(za), ones = 0x00010001;
     for (d = 0; d < dv; d += 4) {
       int32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0, c, n;
       const int8_t *v0 = vh + d;
       for (c = 0; c < pairs; c += MIX_PAIRS) { /* MIX_PAIRS pairs at a time (the stack), packed once if all fit */
         n = pairs - c < MIX_PAIRS ? pairs - c : MIX_PAIRS;
-        if (d == 0 || pairs > MIX_PAIRS)
-          for (j = 0; j < n; ++j) apair[j] = edgeosc_pack16(row[2 * (c + j)] - za, row[2 * (c + j) + 1] - za);
-        for (j = 0; j < n; ++j, v0 += 2 * dv) {
-          const int32_t a = apair[j], w0 = edgeosc_read4(v0), w1 = edgeosc_read4(v0 + dv);
+        if (d == 0 || pairs > MIX_PAIRS) { /* four weights a word: (a0, a1), (a2, a3) less za; their sum once */
+          const int8_t *const a = row + 2 * c;
+          for (j = 0; j + 2 <= n; j += 2) {
+            const int32_t w = edgeosc_read4(a + 2 * j), e = __sxtb16(w), o = edgeosc_sxtb16_ror8(w);
+            apair[j] = __ssub16(edgeosc_pack_bottoms(e, o), za2), apair[j + 1] = __ssub16(edgeosc_pack_tops(e, o), za2);
+            if (d == 0) asum = __smlad(apair[j], ones, __smlad(apair[j + 1], ones, asum));
+          }
+          if (j < n) {
+            apair[j] = edgeosc_pack16(a[2 * j] - za, a[2 * j + 1] - za);
+            if (d == 0) asum += a[2 * j] + a[2 * j + 1] - 2 * za;
+          }
+        }
+        const int32_t *ap = apair, *const a_end = apair + n;
+        for (; ap != a_end; ++ap, v0 += 2 * dv) {
+          const int32_t a = *ap, w0 = edgeosc_read4(v0), w1 = edgeosc_read4(v0 + dv);
           const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1);
           const int32_t o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
           acc0 = __smlad(a, edgeosc_pack_bottoms(e0, e1), acc0); /* lanes d */
