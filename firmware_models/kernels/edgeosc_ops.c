@@ -301,14 +301,13 @@ static void row_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_t 
   }
 }
 
-/* out[r][u] = requant(bias + row r . unit u) for `count` (1 or 4) input rows (out_rows[r]) and all units */
-static void rows_times_weights(const int8_t *const *rows, int32_t count, const int8_t *packed, int32_t depth,
-                               int32_t units, const Output *o, int8_t *const *out_rows, int32_t *x) {
+/* out[r][u] = requant(bias + row r . unit u) for `count` (1 or 4) input rows, widened in x, and all units */
+static void widened_times_weights(const int32_t *x, int32_t count, const int8_t *packed, int32_t depth,
+                                  int32_t units, const Output *o, int8_t *const *out_rows) {
   const int32_t groups = 2 * ((depth + 7) >> 3);
   int32_t acc[4 * UNIT_CHUNK];
   int32_t u;
   const int32_t chunk = count == 4 ? UNIT_CHUNK : 4 * UNIT_CHUNK; /* a single row's sums fill the whole of acc */
-  widen(rows, count, depth, groups, x);
   for (u = 0; u < units; u += chunk) {
     const int32_t n = units - u < chunk ? units - u : chunk;
     const int8_t *const w = packed + (u >> 1) * PAIR_BYTES(groups);
@@ -318,6 +317,13 @@ static void rows_times_weights(const int8_t *const *rows, int32_t count, const i
       row_dots(x, w, groups, (n + 1) >> 1, acc);
     requant_rows(o, u, acc, n, count, out_rows);
   }
+}
+
+/* the same for `count` input rows widened into x first */
+static void rows_times_weights(const int8_t *const *rows, int32_t count, const int8_t *packed, int32_t depth,
+                               int32_t units, const Output *o, int8_t *const *out_rows, int32_t *x) {
+  widen(rows, count, depth, 2 * ((depth + 7) >> 3), x);
+  widened_times_weights(x, count, packed, depth, units, o, out_rows);
 }
 
 /* The rows of `in` (FULLY_CONNECTED: rows of depth values; CONV_2D: its output pixels' receptive fields, built in
@@ -347,10 +353,15 @@ static const int8_t *conv_row(const void *p, const int8_t *in, int32_t r, int8_t
 }
 
 /* scratch: the widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
+static Output fc_output(const EdgeoscFcParams *p, int32_t *wide) {
+  const Output o = {&p->rq, p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, p->units, wide + EDGEOSC_WIDE_WORDS(p->depth)),
+                    p->zp_out, p->act_min, p->act_max};
+  return o;
+}
+
 static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t D = p->depth, U = p->units;
-  const Output o = {&p->rq, p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, U, wide + EDGEOSC_WIDE_WORDS(D)),
-                    p->zp_out, p->act_min, p->act_max};
+  const Output o = fc_output(p, wide);
   int32_t r;
   if (U == 1) { /* one output (a layer norm's mean): the weight row widened once, each row's words unpacked */
     const int8_t *const w = p->weights;
@@ -621,6 +632,24 @@ void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, in
       *out++ = channel_out(&p->rq, u, acc, p->zp_out, p->act_min, p->act_max);
     }
   }
+}
+
+void edgeosc_fc_group_int8(int32_t n, const EdgeoscFcParams *const *p, const int8_t *in, int8_t *const *out,
+                           int32_t *scratch) {
+  int32_t i;
+#if EDGEOSC_DSP
+  int one_row = scratch != 0;
+  for (i = 0; i < n; ++i) one_row &= p[i]->rows == 1 && p[i]->packed != 0 && p[i]->depth == p[0]->depth;
+  if (one_row) { /* the row widened once; each layer's fixed cost is then its product's and requantization's */
+    widen(&in, 1, p[0]->depth, 2 * ((p[0]->depth + 7) >> 3), scratch);
+    for (i = 0; i < n; ++i) {
+      const Output o = fc_output(p[i], scratch);
+      widened_times_weights(scratch, 1, p[i]->packed, p[i]->depth, p[i]->units, &o, &out[i]);
+    }
+    return;
+  }
+#endif
+  for (i = 0; i < n; ++i) edgeosc_fc_int8(p[i], in, out[i], scratch);
 }
 
 /* A sum pool's output from its column's sum of (in - zp_in) */

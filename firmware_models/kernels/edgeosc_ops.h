@@ -93,6 +93,12 @@ typedef struct {
  * runs on packed weights (p->packed; a single unit on p->weights), the portable loops where there are none. */
 void edgeosc_fc_int8(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
 
+/* n FULLY_CONNECTED layers that read the same input (code generation groups sibling projections of one row,
+ * e.g. q, k and v): out[i] = layer i of in. On the DSP path, for one row and packed weights, the input is widened
+ * once for all of them; otherwise each runs as edgeosc_fc_int8. scratch: the largest of theirs. */
+void edgeosc_fc_group_int8(int32_t n, const EdgeoscFcParams *const *p, const int8_t *in, int8_t *const *out,
+                           int32_t *scratch);
+
 #define EDGEOSC_WIDE_WORDS(depth) (16 * (((depth) + 7) / 8))
 #define EDGEOSC_FC_SCRATCH_WORDS(depth, units) (EDGEOSC_WIDE_WORDS(depth) + 2 * (units))
 

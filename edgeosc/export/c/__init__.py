@@ -77,7 +77,7 @@ def plan_arena(g: Graph, calls: list[Call], alias: dict) -> tuple[dict, int]:
                 sizes[key] = 4 if isinstance(a, Slot) else 4 * a.count
                 use(key, -1), use(key, len(calls))
     for i, call in enumerate(calls):
-        for a in call.args:
+        for a in [x for a in call.args for x in (a if isinstance(a, list) else [a])]:  # a group's lists too
             if isinstance(a, Ref) and g.tensors[root(a.tensor)].data is None:
                 use(root(a.tensor), i)
         if call.scratch:
@@ -221,11 +221,13 @@ class Emitter:
     def call(self, i: int, call: Call) -> str:
         args = []
         for a in call.args:
-            if isinstance(a, Struct):
-                sym = self.symbol(f"p{i}_{call.label}")
-                self.param_fields += fields(a)
-                self.structs.append(f"static const {a.ctype} {sym} = {self.value(a)};\n")
-                args.append(f"&{sym}")
+            if isinstance(a, list) and a and isinstance(a[0], Struct):  # a group's parameters: an array of pointers
+                args.append(f"(const {a[0].ctype} *const[]){{{', '.join(self.param_struct(i, s) for s in a)}}}")
+            elif isinstance(a, list) and a and isinstance(a[0], Ref):  # a group's outputs
+                types = {CTYPES[self.g.tensors[r.tensor].dtype] for r in a}
+                args.append(f"({types.pop()} *const[]){{{', '.join(self.tensor(r.tensor, r.offset) for r in a)}}}")
+            elif isinstance(a, Struct):
+                args.append(self.param_struct(i, a, call.label))
             elif isinstance(a, Ref):
                 args.append(self.tensor(a.tensor, a.offset))
             elif a == "scratch":
@@ -243,6 +245,13 @@ class Emitter:
         if call.fn.endswith("_core_int8"):  # the cores validate their parameters
             return f"  if ({text}) return -1; /* {call.label}: {kinds} */\n"
         return f"  {text}; /* {call.label}: {kinds} */\n"
+
+    def param_struct(self, i: int, a: Struct, label: str | None = None) -> str:
+        """A call's parameter struct, written once as a static const: its address."""
+        sym = self.symbol(f"p{i}_{label or a.label}")
+        self.param_fields += fields(a)
+        self.structs.append(f"static const {a.ctype} {sym} = {self.value(a)};\n")
+        return f"&{sym}"
 
     def place(self, t: int) -> int:
         """Arena offset of an activation tensor (through RESHAPE aliases)."""

@@ -16,6 +16,8 @@ its int32 state in the arena's scratch.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass, field
 
@@ -144,9 +146,11 @@ class Array:
 
 @dataclass
 class Struct:
-    """A kernel's parameter struct: emitted static const in the settings header, passed by address."""
+    """A kernel's parameter struct: emitted static const in the settings header, passed by address; label: its
+    name there when it is one of a group's (else the call's)."""
     ctype: str
     fields: dict
+    label: str = ""
 
 
 @dataclass
@@ -883,7 +887,38 @@ class Lowering:
         return self.emit("edgeosc_transpose_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
 
 
+def group_siblings(g: Graph, calls: list[Call]) -> list[Call]:
+    """One-row FULLY_CONNECTED calls with packed weights that read the same input (sibling projections: a
+    stream's q, k, v, anchors and gate) as one edgeosc_fc_group_int8 call where the first of them was: the input is
+    widened once, and each layer's fixed cost shrinks to its product's. Moving a later sibling up is safe: it reads
+    only that input and constants, and nothing between reads its output (every tensor but a state is written once)."""
+    def key(c: Call):
+        if c.fn != "edgeosc_fc_int8":
+            return None
+        p, x = c.args[0], c.args[1]
+        states = {t for pair in g.states for t in pair}
+        if p.fields["rows"] != 1 or p.fields["units"] < 2 or x.tensor in states:
+            return None
+        return x.tensor, p.fields["depth"]
+    members: dict = {}
+    for c in calls:
+        if key(c) is not None:
+            members.setdefault(key(c), []).append(c)
+    out = []
+    for c in calls:
+        group = members.get(key(c)) if key(c) is not None else None
+        if not group or len(group) < 2:
+            out.append(c)
+        elif c is group[0]:
+            structs = [dataclasses.replace(m.args[0], label=m.label) for m in group]
+            out.append(Call("edgeosc_fc_group_int8", [len(group), structs, c.args[1], [m.args[2] for m in group],
+                                                      "scratch32"], "+".join(m.label for m in group),
+                            max(m.scratch for m in group), [o for m in group for o in m.ops]))
+    return out
+
+
 def lower(g: Graph, fuse: bool = True) -> tuple[list[Call], dict]:
     """Kernel calls in execution order, and the RESHAPE aliases (tensor -> tensor whose storage it shares)."""
     low = Lowering(g, fuse)
-    return low.run(), low.alias
+    calls = low.run()
+    return (group_siblings(g, calls) if fuse else calls), low.alias
