@@ -25,6 +25,10 @@ EDGE_SHAPES = [
     dict(op="FULLY_CONNECTED", name="units past a chunk, depth 8k+5, capped activation", rows=3, depth=45, units=37,
          per_channel=1, act=(-30, 90)),
     dict(op="FULLY_CONNECTED", name="one row, units 4k+3", rows=1, depth=18, units=7, per_channel=1),
+    # one row: weights unpacked at code generation (a quad of units in assembly, a lone pair in C)
+    dict(op="FULLY_CONNECTED", name="one row, unpacked weights, 3 pairs, depth 8k+5", rows=1, depth=29, units=5,
+         per_channel=1, act=(-30, 90)),
+    dict(op="FULLY_CONNECTED", name="one row, unpacked weights, one pair", rows=1, depth=8, units=2),
     dict(op="FULLY_CONNECTED", name="four-row blocks past a chunk, depth 8k+5, capped activation, rows 4k+2", rows=10,
          depth=45, units=37, per_channel=1, act=(-30, 90)),
     dict(op="FULLY_CONNECTED", name="four-row blocks, depth 8k+4, odd units, relu", rows=8, depth=12, units=5,

@@ -604,7 +604,8 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     packs = spec["op"] != "DEPTHWISE_CONV_2D" and w.shape[0] > 1  # as code generation packs them
     if packs:
         zp_in = int(f[3] if fn == "edgeosc_bench_fc" else f[14])
-        bufs["packed"] = pack_weights(w.reshape(w.shape[0], -1), bufs["bias"], zp_in)
+        one_row = n_out == channels if fn == "edgeosc_bench_conv" else spec["rows"] == 1  # unpacked (edgeosc_ops.h)
+        bufs["packed"] = pack_weights(w.reshape(w.shape[0], -1), bufs["bias"], zp_in, w16=one_row)
     return fn, ["f", "w", "bias", "mult", "shift", "x", "out", "scratch", "dsp" if dsp is not None else 0,
                 "packed" if packs else 0], bufs, macs
 

@@ -177,6 +177,8 @@ static void requant_rows(const Output *o, int32_t first, const int32_t *acc, int
 
 /* A pair's packed bytes: its two biases, then two words a group */
 #define PAIR_BYTES(groups) (8 + 8 * (groups))
+/* ... and a pair's bytes when its words are unpacked at code generation (one-row layers: EDGEOSC_FC_W16) */
+#define PAIR_BYTES16(groups) (8 + 16 * (groups))
 
 #if EDGEOSC_ASM
 /* block_dots in Thumb-2 assembly: the accumulators of the four rows by two units in r0-r7 (row r unit j in r(2r+j)),
@@ -264,6 +266,54 @@ __attribute__((naked, noinline)) static void row_quads_asm(const int32_t *x __at
 }
 #endif
 
+#if EDGEOSC_ASM
+/* row_quads_asm on weights unpacked at code generation: each packed word as its two SXTB16 halves, so a group is
+ * two runs of loads and eight SMLAD (20 cycles for 16 MACs against 23) */
+#define ROW_GROUP16                                                                                            \
+  "ldr r4, [r11], #4\n\tldr r5, [r11], #4\n\tldr r6, [r12], #4\n\tldr r7, [r12], #4\n\t"                         \
+  "ldr r8, [r12], #4\n\tldr r9, [r12], #4\n\t"                                                                     \
+  "smlad r0, r4, r6, r0\n\tsmlad r1, r4, r7, r1\n\tsmlad r0, r5, r8, r0\n\tsmlad r1, r5, r9, r1\n\t"             \
+  "ldr r6, [lr], #4\n\tldr r7, [lr], #4\n\tldr r8, [lr], #4\n\tldr r9, [lr], #4\n\t"                             \
+  "smlad r2, r4, r6, r2\n\tsmlad r3, r4, r7, r3\n\tsmlad r2, r5, r8, r2\n\tsmlad r3, r5, r9, r3\n\t"
+
+__attribute__((naked, noinline)) static void row_quads16_asm(const int32_t *x __attribute__((unused)),
+                                                             const int32_t *x_end __attribute__((unused)),
+                                                             const int8_t *w __attribute__((unused)),
+                                                             int32_t *acc __attribute__((unused)),
+                                                             int32_t quads __attribute__((unused))) {
+  __asm__("ldr r12, [sp]\n\tpush {r4-r11, lr}\n\tsub r4, r1, r0\n\tlsl r4, r4, #1\n\tadd r4, r4, #8\n\t"
+          "push {r0, r1, r3, r4, r12}\n\tmov r12, r2\n"
+          "2:\n\t"
+          "ldr r4, [sp, #12]\n\tadd lr, r12, r4\n\tldrd r0, r1, [r12], #8\n\tldrd r2, r3, [lr], #8\n\tldr r11, [sp]\n"
+          "1:\n\t" ROW_GROUP16 ROW_GROUP16 "ldr r10, [sp, #4]\n\tcmp r11, r10\n\tbne 1b\n\t"
+          "ldr r10, [sp, #8]\n\tstm r10!, {r0-r3}\n\tstr r10, [sp, #8]\n\tmov r12, lr\n\t"
+          "ldr r10, [sp, #16]\n\tsubs r10, r10, #1\n\tstr r10, [sp, #16]\n\tbne 2b\n\t"
+          "add sp, sp, #20\n\tpop {r4-r11, pc}");
+}
+#endif
+
+/* row_dots on weights unpacked at code generation (pack_weights(..., w16=True)): a group's four words per pair are
+ * (unit 0, unit 1) x (even, odd) int16 pairs, straight to SMLAD */
+static void row_dots16(const int32_t *x, const int8_t *w, int32_t groups, int32_t pairs, int32_t *acc) {
+  const int32_t *xp, *const x_end = x + 2 * groups;
+  int32_t i = 0;
+#if EDGEOSC_ASM
+  if (pairs >= 2) {
+    row_quads16_asm(x, x_end, w, acc, pairs >> 1);
+    i = pairs & ~1, acc += 2 * i, w += i * PAIR_BYTES16(groups);
+  }
+#endif
+  for (; i < pairs; ++i, acc += 2, w += PAIR_BYTES16(groups)) {
+    const int32_t *b = (const int32_t *)(const void *)w, *wp = b + 2;
+    int32_t a0 = b[0], a1 = b[1];
+    for (xp = x; xp != x_end; xp += 2, wp += 4) {
+      a0 = __smlad(xp[1], wp[2], __smlad(xp[0], wp[0], a0));
+      a1 = __smlad(xp[1], wp[3], __smlad(xp[0], wp[1], a1));
+    }
+    acc[0] = a0, acc[1] = a1;
+  }
+}
+
 /* acc[2 i + j] = bias + the row . unit 2 i + j for one widened row (widen's one-row layout) and `pairs` packed unit
  * pairs of `groups` groups (even): two pairs at a time, each input pair feeding four SMLAD. */
 static void row_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_t pairs, int32_t *acc) {
@@ -303,16 +353,18 @@ static void row_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_t 
 
 /* out[r][u] = requant(bias + row r . unit u) for `count` (1 or 4) input rows, widened in x, and all units */
 static void widened_times_weights(const int32_t *x, int32_t count, const int8_t *packed, int32_t depth,
-                                  int32_t units, const Output *o, int8_t *const *out_rows) {
+                                  int32_t units, const Output *o, int8_t *const *out_rows, int w16) {
   const int32_t groups = 2 * ((depth + 7) >> 3);
   int32_t acc[4 * UNIT_CHUNK];
   int32_t u;
   const int32_t chunk = count == 4 ? UNIT_CHUNK : 4 * UNIT_CHUNK; /* a single row's sums fill the whole of acc */
   for (u = 0; u < units; u += chunk) {
     const int32_t n = units - u < chunk ? units - u : chunk;
-    const int8_t *const w = packed + (u >> 1) * PAIR_BYTES(groups);
+    const int8_t *const w = packed + (u >> 1) * (w16 ? PAIR_BYTES16(groups) : PAIR_BYTES(groups));
     if (count == 4)
       block_dots(x, w, groups, (n + 1) >> 1, acc);
+    else if (w16)
+      row_dots16(x, w, groups, (n + 1) >> 1, acc);
     else
       row_dots(x, w, groups, (n + 1) >> 1, acc);
     requant_rows(o, u, acc, n, count, out_rows);
@@ -323,7 +375,7 @@ static void widened_times_weights(const int32_t *x, int32_t count, const int8_t 
 static void rows_times_weights(const int8_t *const *rows, int32_t count, const int8_t *packed, int32_t depth,
                                int32_t units, const Output *o, int8_t *const *out_rows, int32_t *x) {
   widen(rows, count, depth, 2 * ((depth + 7) >> 3), x);
-  widened_times_weights(x, count, packed, depth, units, o, out_rows);
+  widened_times_weights(x, count, packed, depth, units, o, out_rows, 0);
 }
 
 /* The rows of `in` (FULLY_CONNECTED: rows of depth values; CONV_2D: its output pixels' receptive fields, built in
@@ -385,6 +437,11 @@ static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
     }
     return;
   }
+  if (p->rows == 1) { /* one row: weights unpacked at code generation (edgeosc_ops.h), no SXTB16 */
+    widen(&in, 1, D, 2 * ((D + 7) >> 3), wide);
+    widened_times_weights(wide, 1, p->packed, D, U, &o, &out, 1);
+    return;
+  }
   matrix_times_weights(fc_row, p, in, p->rows, D, U, p->packed, &o, out, wide, 0);
 }
 
@@ -394,6 +451,12 @@ static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out,
   int8_t *const fields = (int8_t *)(wide + EDGEOSC_WIDE_WORDS(K));
   const int32_t *const k = p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, C, wide + EDGEOSC_WIDE_WORDS(K) + K);
   const Output q = {&p->rq, k, p->zp_out, p->act_min, p->act_max};
+  if (p->out_h * p->out_w == 1) { /* one output pixel (a stream's stem): weights unpacked as a one-row layer's */
+    const int8_t *const field = conv_row(p, in, 0, fields);
+    widen(&field, 1, K, 2 * ((K + 7) >> 3), wide);
+    widened_times_weights(wide, 1, p->packed, K, C, &q, &out, 1);
+    return;
+  }
   matrix_times_weights(conv_row, p, in, p->out_h * p->out_w, K, C, p->packed, &q, out, wide, fields);
 }
 #endif
@@ -644,7 +707,7 @@ void edgeosc_fc_group_int8(int32_t n, const EdgeoscFcParams *const *p, const int
     widen(&in, 1, p[0]->depth, 2 * ((p[0]->depth + 7) >> 3), scratch);
     for (i = 0; i < n; ++i) {
       const Output o = fc_output(p[i], scratch);
-      widened_times_weights(scratch, 1, p[i]->packed, p[i]->depth, p[i]->units, &o, &out[i]);
+      widened_times_weights(scratch, 1, p[i]->packed, p[i]->depth, p[i]->units, &o, &out[i], 1);
     }
     return;
   }

@@ -42,7 +42,9 @@ typedef struct {
  * pair its two biases as int32, each bias[u] - zp_in sum_d w[u][d] (the input zero point folded in), then per group
  * two words: A = the bytes (w[u][d], w[u+1][d], w[u][d+2], w[u+1][d+2]) and B the same at d + 1, so that SXTB16 of
  * a word is unit u's int16 pair and SXTB16 ror 8 unit u + 1's, the lanes SXTB16 gives an input word: (x[d], x[d+2])
- * and (x[d+1], x[d+3]). Word-aligned. */
+ * and (x[d+1], x[d+3]). Word-aligned. A FULLY_CONNECTED of one row (rows == 1: a stream's layers, where no weight
+ * word serves two rows) and a CONV_2D of one output pixel (a stream's stem) have each such word unpacked: SXTB16(A), SXTB16(A ror 8), SXTB16(B), SXTB16(B ror 8), four
+ * words a group, twice the bytes and no unpacking at inference. */
 
 /* CONV_2D on one NHWC image with OHWI weights (batch 1). Taps outside the image are skipped, as
  * TFLite's reference kernel does (the same as padding with the input zero point). */

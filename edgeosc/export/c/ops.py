@@ -262,11 +262,12 @@ def fast_scratch_words(depth: int, units: int, rq: Struct) -> int:
     return wide_words(depth) + (0 if rq.fields["dsp"] is not None else 2 * units)
 
 
-def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int) -> np.ndarray:
+def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int, w16: bool = False) -> np.ndarray:
     """The packed weights of EDGEOSC_PACKED builds (edgeosc_ops.h) from int8 weights [units, depth] and their int32
     bias (or None), as bytes: per pair of units (zero-padded) its two biases less zp_in sum_d w[u][d] (int32, little
     endian), then per group of four depth values (an even number of groups, zero-padded) the words A (w[u][d],
-    w[u+1][d], w[u][d+2], w[u+1][d+2]) and B (the same at d + 1)."""
+    w[u+1][d], w[u][d+2], w[u+1][d+2]) and B (the same at d + 1). w16 (a FULLY_CONNECTED of one row): each word as
+    its two SXTB16 halves, (bytes 0, 2) then (bytes 1, 3), int16 pairs."""
     w = np.asarray(w, np.int8)
     units, depth = w.shape
     pairs, groups = -(-units // 2), 2 * -(-depth // 8)
@@ -279,20 +280,24 @@ def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int) -> np.ndarr
     if np.any(np.abs(folded) >= 1 << 31):
         raise UnsupportedGraph(f"a bias with the input zero point folded in passes int32 ({folded.min()}..{folded.max()})")
     biases = folded.astype("<i4").view(np.int8).reshape(pairs, 8)
+    if w16:  # [pair, word, byte] -> [pair, word, half (bytes 0 2 | 1 3), lane] as int16
+        b = words.reshape(pairs, -1, 4).astype("<i2")
+        words = np.stack([b[..., 0::2], b[..., 1::2]], 2).view(np.int8).reshape(pairs, -1)
     return np.concatenate([biases, words], 1).ravel()
 
 
-def weight_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors, pack: bool = True) -> dict:
+def weight_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors, pack: bool = True,
+                  w16: bool = False) -> dict:
     """The weights and bias fields of a FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D parameter struct, and with pack
-    its packed field: the packed form for the DSP path's builds and TFLite's for the others (a single unit keeps
-    TFLite's in both: the DSP path reads it so)."""
+    its packed field: the packed form for the DSP path's builds (w16: unpacked, a one-row FULLY_CONNECTED's) and
+    TFLite's for the others (a single unit keeps TFLite's in both: the DSP path reads it so)."""
     units = w.shape[0]
     plain = dict(weights=Ref(w.index), bias=Ref(bias) if bias is not None else None)
     if not pack:
         return plain
     if units == 1:
         return dict(**plain, packed=None)
-    packed = pack_weights(w.data.reshape(units, -1), None if bias is None else g_tensors[bias].data, zp_in)
+    packed = pack_weights(w.data.reshape(units, -1), None if bias is None else g_tensors[bias].data, zp_in, w16)
     return dict(weights=Only(plain["weights"], False), bias=Only(plain["bias"], False),
                 packed=Only(Array(packed, f"{label}_packed"), True))
 
@@ -715,7 +720,8 @@ class Lowering:
             geo.update(in_h=x.shape[1], in_w=x.shape[2], pad_top=top, pad_left=left)
         p = Struct("EdgeoscConvParams", dict(
             **geo, in_c=x.shape[3], out_c=out.shape[3], zp_in=x.z, zp_out=out.z,
-            act_min=lo, act_max=hi, **weight_fields(w, bias, x.z, out.name, self.g.tensors, pack=dsp),
+            act_min=lo, act_max=hi, **weight_fields(w, bias, x.z, out.name, self.g.tensors, pack=dsp,
+                                                    w16=out.shape[1] * out.shape[2] == 1),
             rq=channel_rq(x, w, out, out.name, conv=True, dsp=dsp)))
         return x, out, p
 
@@ -761,9 +767,10 @@ class Lowering:
         if w.data is None or np.any(w.zp) or w.data.ndim != 2:
             raise UnsupportedGraph(f"{out.name}: FULLY_CONNECTED needs constant symmetric 2-D weights")
         lo, hi = act_range(out, op.options.fusedActivationFunction)
+        rows = x.size // w.shape[1]
         p = Struct("EdgeoscFcParams", dict(
-            rows=x.size // w.shape[1], depth=w.shape[1], units=w.shape[0], zp_in=x.z, zp_out=out.z, act_min=lo,
-            act_max=hi, **weight_fields(w, bias, x.z, out.name, self.g.tensors), rq=channel_rq(x, w, out, out.name)))
+            rows=rows, depth=w.shape[1], units=w.shape[0], zp_in=x.z, zp_out=out.z, act_min=lo, act_max=hi,
+            **weight_fields(w, bias, x.z, out.name, self.g.tensors, w16=rows == 1), rq=channel_rq(x, w, out, out.name)))
         return self.emit("edgeosc_fc_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op], out.name,
                          scratch=4 * fast_scratch_words(w.shape[1], w.shape[0], p.fields["rq"]))
 
