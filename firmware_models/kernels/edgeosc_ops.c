@@ -153,8 +153,8 @@ __attribute__((always_inline)) static inline void requant_units(const int32_t *k
   }
 }
 
-static void requant_rows(const Output *o, int32_t first, const int32_t *acc, int32_t n, int32_t count,
-                         int8_t *const *rows) {
+__attribute__((always_inline)) static inline void requant_rows(const Output *o, int32_t first, const int32_t *acc,
+                                                              int32_t n, int32_t count, int8_t *const *rows) {
   const int32_t zp = o->zp_out, lo = o->lo, hi = o->hi, full = lo == -128 && hi == 127;
   int8_t *at[4];
   int32_t r, u;
@@ -353,21 +353,33 @@ static void row_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_t 
 
 /* out[r][u] = requant(bias + row r . unit u) for `count` (1 or 4) input rows, widened in x, and all units */
 static void widened_times_weights(const int32_t *x, int32_t count, const int8_t *packed, int32_t depth,
-                                  int32_t units, const Output *o, int8_t *const *out_rows, int w16) {
+                                  int32_t units, const Output *o, int8_t *const *out_rows) {
   const int32_t groups = 2 * ((depth + 7) >> 3);
   int32_t acc[4 * UNIT_CHUNK];
   int32_t u;
   const int32_t chunk = count == 4 ? UNIT_CHUNK : 4 * UNIT_CHUNK; /* a single row's sums fill the whole of acc */
   for (u = 0; u < units; u += chunk) {
     const int32_t n = units - u < chunk ? units - u : chunk;
-    const int8_t *const w = packed + (u >> 1) * (w16 ? PAIR_BYTES16(groups) : PAIR_BYTES(groups));
+    const int8_t *const w = packed + (u >> 1) * PAIR_BYTES(groups);
     if (count == 4)
       block_dots(x, w, groups, (n + 1) >> 1, acc);
-    else if (w16)
-      row_dots16(x, w, groups, (n + 1) >> 1, acc);
     else
       row_dots(x, w, groups, (n + 1) >> 1, acc);
     requant_rows(o, u, acc, n, count, out_rows);
+  }
+}
+
+/* out[u] = requant(bias + row . unit u) for one row widened in x and weights unpacked at code generation (a
+ * one-row layer's: edgeosc_ops.h) */
+static void widened_row_times_weights16(const int32_t *x, const int8_t *packed, int32_t depth, int32_t units,
+                                        const Output *o, int8_t *out) {
+  const int32_t groups = 2 * ((depth + 7) >> 3);
+  int32_t acc[4 * UNIT_CHUNK];
+  int32_t u;
+  for (u = 0; u < units; u += 4 * UNIT_CHUNK) {
+    const int32_t n = units - u < 4 * UNIT_CHUNK ? units - u : 4 * UNIT_CHUNK;
+    row_dots16(x, packed + (u >> 1) * PAIR_BYTES16(groups), groups, (n + 1) >> 1, acc);
+    requant_rows(o, u, acc, n, 1, &out);
   }
 }
 
@@ -375,7 +387,7 @@ static void widened_times_weights(const int32_t *x, int32_t count, const int8_t 
 static void rows_times_weights(const int8_t *const *rows, int32_t count, const int8_t *packed, int32_t depth,
                                int32_t units, const Output *o, int8_t *const *out_rows, int32_t *x) {
   widen(rows, count, depth, 2 * ((depth + 7) >> 3), x);
-  widened_times_weights(x, count, packed, depth, units, o, out_rows, 0);
+  widened_times_weights(x, count, packed, depth, units, o, out_rows);
 }
 
 /* The rows of `in` (FULLY_CONNECTED: rows of depth values; CONV_2D: its output pixels' receptive fields, built in
@@ -439,7 +451,7 @@ static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
   }
   if (p->rows == 1) { /* one row: weights unpacked at code generation (edgeosc_ops.h), no SXTB16 */
     widen(&in, 1, D, 2 * ((D + 7) >> 3), wide);
-    widened_times_weights(wide, 1, p->packed, D, U, &o, &out, 1);
+    widened_row_times_weights16(wide, p->packed, D, U, &o, out);
     return;
   }
   matrix_times_weights(fc_row, p, in, p->rows, D, U, p->packed, &o, out, wide, 0);
@@ -454,7 +466,7 @@ static void conv_fast(const EdgeoscConvParams *p, const int8_t *in, int8_t *out,
   if (p->out_h * p->out_w == 1) { /* one output pixel (a stream's stem): weights unpacked as a one-row layer's */
     const int8_t *const field = conv_row(p, in, 0, fields);
     widen(&field, 1, K, 2 * ((K + 7) >> 3), wide);
-    widened_times_weights(wide, 1, p->packed, K, C, &q, &out, 1);
+    widened_row_times_weights16(wide, p->packed, K, C, &q, out);
     return;
   }
   matrix_times_weights(conv_row, p, in, p->out_h * p->out_w, K, C, p->packed, &q, out, wide, fields);
@@ -707,7 +719,7 @@ void edgeosc_fc_group_int8(int32_t n, const EdgeoscFcParams *const *p, const int
     widen(&in, 1, p[0]->depth, 2 * ((p[0]->depth + 7) >> 3), scratch);
     for (i = 0; i < n; ++i) {
       const Output o = fc_output(p[i], scratch);
-      widened_times_weights(scratch, 1, p[i]->packed, p[i]->depth, p[i]->units, &o, &out[i], 1);
+      widened_row_times_weights16(scratch, p[i]->packed, p[i]->depth, p[i]->units, &o, out[i]);
     }
     return;
   }
