@@ -177,7 +177,7 @@ __attribute__((always_inline)) static inline void requant_rows(const Output *o, 
 
 /* A pair's packed bytes: its two biases, then two words a group */
 #define PAIR_BYTES(groups) (8 + 8 * (groups))
-/* ... and a pair's bytes when its words are unpacked at code generation (one-row layers: EDGEOSC_FC_W16) */
+/* ... and when its words are unpacked at code generation (one-row layers, edgeosc_ops.h): four words a group */
 #define PAIR_BYTES16(groups) (8 + 16 * (groups))
 
 #if EDGEOSC_ASM
@@ -416,13 +416,16 @@ static const int8_t *conv_row(const void *p, const int8_t *in, int32_t r, int8_t
   return conv_patch((const EdgeoscConvParams *)p, in, r, buf);
 }
 
-/* scratch: the widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
+/* A FULLY_CONNECTED's output side: its requantization constants from code generation, or prepared in scratch after
+ * the widened rows (EDGEOSC_WIDE_WORDS) */
 static Output fc_output(const EdgeoscFcParams *p, int32_t *wide) {
-  const Output o = {&p->rq, p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, p->units, wide + EDGEOSC_WIDE_WORDS(p->depth)),
+  const Output o = {&p->rq,
+                    p->rq.dsp ? p->rq.dsp : prepare_requant(&p->rq, p->units, wide + EDGEOSC_WIDE_WORDS(p->depth)),
                     p->zp_out, p->act_min, p->act_max};
   return o;
 }
 
+/* scratch: the widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
 static void fc_fast(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t D = p->depth, U = p->units;
   const Output o = fc_output(p, wide);
