@@ -16,10 +16,8 @@ its int32 state in the arena's scratch.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -289,7 +287,7 @@ def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int, w16: bool =
 def weight_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors, pack: bool = True,
                   w16: bool = False) -> dict:
     """The weights and bias fields of a FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D parameter struct, and with pack
-    its packed field: the packed form for the DSP path's builds (w16: unpacked, a one-row FULLY_CONNECTED's) and
+    its packed field: the packed form for the DSP path's builds (w16: unpacked, for one row or one output pixel) and
     TFLite's for the others (a single unit keeps TFLite's in both: the DSP path reads it so)."""
     units = w.shape[0]
     plain = dict(weights=Ref(w.index), bias=Ref(bias) if bias is not None else None)
@@ -899,11 +897,12 @@ def group_siblings(g: Graph, calls: list[Call]) -> list[Call]:
     stream's q, k, v, anchors and gate) as one edgeosc_fc_group_int8 call where the first of them was: the input is
     widened once, and each layer's fixed cost shrinks to its product's. Moving a later sibling up is safe: it reads
     only that input and constants, and nothing between reads its output (every tensor but a state is written once)."""
+    states = {t for pair in g.states for t in pair}
+
     def key(c: Call):
         if c.fn != "edgeosc_fc_int8":
             return None
         p, x = c.args[0], c.args[1]
-        states = {t for pair in g.states for t in pair}
         if p.fields["rows"] != 1 or p.fields["units"] < 2 or x.tensor in states:
             return None
         return x.tensor, p.fields["depth"]
@@ -917,7 +916,7 @@ def group_siblings(g: Graph, calls: list[Call]) -> list[Call]:
         if not group or len(group) < 2:
             out.append(c)
         elif c is group[0]:
-            structs = [dataclasses.replace(m.args[0], label=m.label) for m in group]
+            structs = [replace(m.args[0], label=m.label) for m in group]
             out.append(Call("edgeosc_fc_group_int8", [len(group), structs, c.args[1], [m.args[2] for m in group],
                                                       "scratch32"], "+".join(m.label for m in group),
                             max(m.scratch for m in group), [o for m in group for o in m.ops]))
