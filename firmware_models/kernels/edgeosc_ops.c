@@ -249,26 +249,30 @@ static void block_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_
   "sxtb16 r10, r7\n\tsmlad r0, r5, r10, r0\n\tsxtb16 r7, r7, ror #8\n\tsmlad r1, r5, r7, r1\n\t"                \
   "sxtb16 r10, r9\n\tsmlad r2, r5, r10, r2\n\tsxtb16 r9, r9, ror #8\n\tsmlad r3, r5, r9, r3\n\t"
 
-/* (naked: x, x_end, w, acc arrive in r0-r3, quads on the stack; unnamed in C) */
+/* The loop around a group macro: per two pairs of units the sums start at their biases, then two groups a trip;
+ * `stride` turns x_end - x (bytes) into a pair's stride less its 8 bytes of biases (naked: x, x_end, w, acc arrive
+ * in r0-r3, quads on the stack) */
+#define ROW_QUADS(stride, group)                                                                                 \
+  "ldr r12, [sp]\n\tpush {r4-r11, lr}\n\tsub r4, r1, r0\n\t" stride "add r4, r4, #8\n\t"                            \
+  "push {r0, r1, r3, r4, r12}\n\tmov r12, r2\n"                                                                      \
+  "2:\n\t"                                                                                                           \
+  "ldr r4, [sp, #12]\n\tadd lr, r12, r4\n\tldrd r0, r1, [r12], #8\n\tldrd r2, r3, [lr], #8\n\tldr r11, [sp]\n"         \
+  "1:\n\t" group group "ldr r10, [sp, #4]\n\tcmp r11, r10\n\tbne 1b\n\t"                                           \
+  "ldr r10, [sp, #8]\n\tstm r10!, {r0-r3}\n\tstr r10, [sp, #8]\n\tmov r12, lr\n\t"                                   \
+  "ldr r10, [sp, #16]\n\tsubs r10, r10, #1\n\tstr r10, [sp, #16]\n\tbne 2b\n\t"                                      \
+  "add sp, sp, #20\n\tpop {r4-r11, pc}"
+
+/* (unnamed in C) */
 __attribute__((naked, noinline)) static void row_quads_asm(const int32_t *x __attribute__((unused)),
                                                            const int32_t *x_end __attribute__((unused)),
                                                            const int8_t *w __attribute__((unused)),
                                                            int32_t *acc __attribute__((unused)),
                                                            int32_t quads __attribute__((unused))) {
-  __asm__("ldr r12, [sp]\n\tpush {r4-r11, lr}\n\tsub r4, r1, r0\n\tadd r4, r4, #8\n\t"
-          "push {r0, r1, r3, r4, r12}\n\tmov r12, r2\n"
-          "2:\n\t" /* two pairs of units: the sums at their biases */
-          "ldr r4, [sp, #12]\n\tadd lr, r12, r4\n\tldrd r0, r1, [r12], #8\n\tldrd r2, r3, [lr], #8\n\tldr r11, [sp]\n"
-          "1:\n\t" ROW_GROUP ROW_GROUP "ldr r10, [sp, #4]\n\tcmp r11, r10\n\tbne 1b\n\t"
-          "ldr r10, [sp, #8]\n\tstm r10!, {r0-r3}\n\tstr r10, [sp, #8]\n\tmov r12, lr\n\t"
-          "ldr r10, [sp, #16]\n\tsubs r10, r10, #1\n\tstr r10, [sp, #16]\n\tbne 2b\n\t"
-          "add sp, sp, #20\n\tpop {r4-r11, pc}");
+  __asm__(ROW_QUADS("", ROW_GROUP));
 }
-#endif
 
-#if EDGEOSC_ASM
 /* row_quads_asm on weights unpacked at code generation: each packed word as its two SXTB16 halves, so a group is
- * two runs of loads and eight SMLAD (20 cycles for 16 MACs against 23) */
+ * two runs of loads and eight SMLAD (20 cycles for 16 MACs against 23); a pair's words take twice the bytes */
 #define ROW_GROUP16                                                                                            \
   "ldr r4, [r11], #4\n\tldr r5, [r11], #4\n\tldr r6, [r12], #4\n\tldr r7, [r12], #4\n\t"                         \
   "ldr r8, [r12], #4\n\tldr r9, [r12], #4\n\t"                                                                     \
@@ -281,14 +285,7 @@ __attribute__((naked, noinline)) static void row_quads16_asm(const int32_t *x __
                                                              const int8_t *w __attribute__((unused)),
                                                              int32_t *acc __attribute__((unused)),
                                                              int32_t quads __attribute__((unused))) {
-  __asm__("ldr r12, [sp]\n\tpush {r4-r11, lr}\n\tsub r4, r1, r0\n\tlsl r4, r4, #1\n\tadd r4, r4, #8\n\t"
-          "push {r0, r1, r3, r4, r12}\n\tmov r12, r2\n"
-          "2:\n\t"
-          "ldr r4, [sp, #12]\n\tadd lr, r12, r4\n\tldrd r0, r1, [r12], #8\n\tldrd r2, r3, [lr], #8\n\tldr r11, [sp]\n"
-          "1:\n\t" ROW_GROUP16 ROW_GROUP16 "ldr r10, [sp, #4]\n\tcmp r11, r10\n\tbne 1b\n\t"
-          "ldr r10, [sp, #8]\n\tstm r10!, {r0-r3}\n\tstr r10, [sp, #8]\n\tmov r12, lr\n\t"
-          "ldr r10, [sp, #16]\n\tsubs r10, r10, #1\n\tstr r10, [sp, #16]\n\tbne 2b\n\t"
-          "add sp, sp, #20\n\tpop {r4-r11, pc}");
+  __asm__(ROW_QUADS("lsl r4, r4, #1\n\t", ROW_GROUP16));
 }
 #endif
 
