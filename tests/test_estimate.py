@@ -165,12 +165,9 @@ def test_sibling_projections_of_a_stream_run_as_one_call(tmp_path):
     """A stream's q, k and v (and the oscillator's anchors and gate) are one-row layers that read one input: code
     generation groups them (export/c/ops.py group_siblings) into one edgeosc_fc_group_int8 call per block, the later
     ones moved up; stream_hop then checks the emulated Cortex-M4's logits against the host build's."""
-    import dataclasses
-
-    from edgeosc.config import SHIPPED_OSCILLATOR, ModelConfig
+    from edgeosc.config import SHIPPED_OSCILLATOR, ModelConfig, model_of_kind
     osc = ModelConfig(**SHIPPED_OSCILLATOR)
-    softmax = dataclasses.replace(osc, attention="softmax", d_osc=8, positive="relu2", key_gate=False, form="direct")
-    for cfg, members in ((osc, 5), (softmax, 3)):
+    for cfg, members in ((osc, 5), (model_of_kind(osc, "softmax"), 3)):
         fw, name = E.random_stream_firmware(cfg, 8, tmp_path / cfg.attention)
         text = (fw / f"{name}_model.c").read_text()
         assert text.count(f"edgeosc_fc_group_int8({members},") == 2, text

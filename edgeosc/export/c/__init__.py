@@ -223,9 +223,8 @@ class Emitter:
         for a in call.args:
             if isinstance(a, list) and a and isinstance(a[0], Struct):  # a group's parameters: an array of pointers
                 args.append(f"(const {a[0].ctype} *const[]){{{', '.join(self.param_struct(i, s) for s in a)}}}")
-            elif isinstance(a, list) and a and isinstance(a[0], Ref):  # a group's outputs
-                types = {CTYPES[self.g.tensors[r.tensor].dtype] for r in a}
-                args.append(f"({types.pop()} *const[]){{{', '.join(self.tensor(r.tensor, r.offset) for r in a)}}}")
+            elif isinstance(a, list) and a and isinstance(a[0], Ref):  # a group's outputs (int8, as its layers')
+                args.append(f"(int8_t *const[]){{{', '.join(self.tensor(r.tensor, r.offset) for r in a)}}}")
             elif isinstance(a, Struct):
                 args.append(self.param_struct(i, a, call.label))
             elif isinstance(a, Ref):

@@ -906,13 +906,14 @@ def group_siblings(g: Graph, calls: list[Call]) -> list[Call]:
         if p.fields["rows"] != 1 or p.fields["units"] < 2 or x.tensor in states:
             return None
         return x.tensor, p.fields["depth"]
+    keys = [key(c) for c in calls]
     members: dict = {}
-    for c in calls:
-        if key(c) is not None:
-            members.setdefault(key(c), []).append(c)
+    for c, k in zip(calls, keys):
+        if k is not None:
+            members.setdefault(k, []).append(c)
     out = []
-    for c in calls:
-        group = members.get(key(c)) if key(c) is not None else None
+    for c, k in zip(calls, keys):
+        group = members.get(k) if k is not None else None
         if not group or len(group) < 2:
             out.append(c)
         elif c is group[0]:
