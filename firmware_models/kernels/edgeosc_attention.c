@@ -934,39 +934,100 @@ static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, 
 }
 
 /* Two keys into the state on the DSP path for the default head, linear_pass's sums (query 0) unrolled: each
- * coupling word one SMLAD of K'_j against K'_i r, each readout word one SMLAD of (V_a, V_b) against (u_a, u_b). */
+ * coupling word one SMLAD of K'_j against K'_i r, each readout word one SMLAD of (V_a, V_b) against (u_a, u_b).
+ * C packs the pairs into a table (UPDATE_WORDS: kp, x0, x1 per coupling row, vv per readout column, u per readout
+ * row); the sums read it. */
+enum { UPDATE_KP = 0, UPDATE_X0 = DH + 1, UPDATE_X1 = 2 * (DH + 1), UPDATE_VV = 3 * (DH + 1),
+       UPDATE_U = 4 * (DH + 1), UPDATE_WORDS = 4 * (DH + 1) + NR };
+
+#if EDGEOSC_ASM
+/* The update's sums in Thumb-2 assembly, every state word loaded, summed and stored once, with the pairs each word
+ * takes held in registers (gcc spills them: 1131 -> about 700 cycles a call). Coupling: row i's (x0_i, x1_i) in
+ * r10, r11, K'_1..K'_8 in r2-r9 (K'_0 = (1, 1) by SXTAH and ASR #16), each word pair loaded, two SMLAD, stored.
+ * Readout: u_0..u_8 in r2-r10, column by column, row 0's halved u doubled (LSL #1). */
+__attribute__((naked, noinline)) static void update_d8_asm(int32_t *state __attribute__((unused)),
+                                                           const int32_t *t __attribute__((unused))) {
+  __asm__(".macro edgeosc_pairs kp, rest:vararg\n\t" /* a coupling row's word pairs, K'_j in \kp */
+          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "smlad r12, \\kp, r10, r12\n\tsmlad lr, \\kp, r11, lr\n\t"
+          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
+          ".ifnb \\rest\n\tedgeosc_pairs \\rest\n\t.endif\n\t"
+          ".endm\n\t"
+          ".macro edgeosc_row i, kps:vararg\n\t"
+          "ldr r10, [r1, #36 + 4 * \\i]\n\tldr r11, [r1, #72 + 4 * \\i]\n\t"
+          "edgeosc_pairs \\kps\n\t"
+          ".endm\n\t"
+          ".macro edgeosc_rows m, ua, ub\n\t" /* a readout column's words in rows m, m + 1 */
+          "ldr r12, [r0, #36 * \\m]\n\tldr lr, [r0, #36 * \\m + 36]\n\t"
+          "smlad r12, r11, \\ua, r12\n\tsmlad lr, r11, \\ub, lr\n\t"
+          "str r12, [r0, #36 * \\m]\n\tstr lr, [r0, #36 * \\m + 36]\n\t"
+          ".endm\n\t"
+          "push {r4-r11, lr}\n\t"
+          "add r12, r1, #4\n\tldm r12, {r2-r9}\n\t"
+          "ldr r10, [r1, #36]\n\tldr r11, [r1, #72]\n\t" /* row 0: (0, 0) adds r itself */
+          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "sxtah r12, r12, r10\n\tadd r12, r12, r10, asr #16\n\tsxtah lr, lr, r11\n\tadd lr, lr, r11, asr #16\n\t"
+          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
+          "edgeosc_pairs r2, r3, r4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 1, r2, r3, r4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 2, r3, r4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 3, r4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 6, r7, r8, r9\n\t"
+          "edgeosc_row 7, r8, r9\n\t"
+          "edgeosc_row 8, r9\n\t"
+          "add r12, r1, #144\n\tldm r12, {r2-r10}\n\tadd r1, r1, #108\n\t" /* u, then vv from r1 */
+          ".rept 9\n\t"
+          "ldr r11, [r1], #4\n\tldr r12, [r0]\n\tsmuad lr, r11, r2\n\tadd r12, r12, lr, lsl #1\n\tstr r12, [r0]\n\t"
+          "edgeosc_rows 1, r3, r4\n\tedgeosc_rows 3, r5, r6\n\tedgeosc_rows 5, r7, r8\n\tedgeosc_rows 7, r9, r10\n\t"
+          "add r0, r0, #4\n\t"
+          ".endr\n\t"
+          "pop {r4-r11, pc}\n\t"
+          ".purgem edgeosc_rows\n\t.purgem edgeosc_row\n\t.purgem edgeosc_pairs");
+}
+#endif
+
 static void linear_update_d8(const EdgeoscLinearParams *p, int32_t *state, const KeyTerms *ta, const KeyTerms *tb) {
-  int32_t kp[DH + 1], x0[DH + 1], x1[DH + 1], vv[DH + 1], i, j, m, d;
-  int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
-  kp[0] = 0x00010001, x0[0] = edgeosc_pack_bottoms(ta->r0, tb->r0), x1[0] = edgeosc_pack_bottoms(ta->r1, tb->r1);
+  int32_t t[UPDATE_WORDS], i, m, d;
+  t[UPDATE_KP] = 0x00010001;
+  t[UPDATE_X0] = edgeosc_pack_bottoms(ta->r0, tb->r0), t[UPDATE_X1] = edgeosc_pack_bottoms(ta->r1, tb->r1);
 #pragma GCC unroll 8
   for (i = 1; i <= DH; ++i) {
     const int32_t ka = ta->K[i - 1], kb = tb->K[i - 1];
-    kp[i] = edgeosc_pack_bottoms(ka, kb);
-    x0[i] = edgeosc_pack_bottoms(ka * ta->r0, kb * tb->r0), x1[i] = edgeosc_pack_bottoms(ka * ta->r1, kb * tb->r1);
+    t[UPDATE_KP + i] = edgeosc_pack_bottoms(ka, kb);
+    t[UPDATE_X0 + i] = edgeosc_pack_bottoms(ka * ta->r0, kb * tb->r0);
+    t[UPDATE_X1 + i] = edgeosc_pack_bottoms(ka * ta->r1, kb * tb->r1);
   }
+#pragma GCC unroll 8
+  for (d = 0; d < DH; ++d) t[UPDATE_VV + d] = edgeosc_pack_bottoms(ta->v[d] - p->zp_v, tb->v[d] - p->zp_v);
+  t[UPDATE_VV + DH] = 0x00010001;
+  /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
+  t[UPDATE_U] = edgeosc_pack_bottoms(ta->u[0] >> 1, tb->u[0] >> 1);
+#pragma GCC unroll 8
+  for (m = 1; m < NR; ++m) t[UPDATE_U + m] = edgeosc_pack_bottoms(ta->u[m], tb->u[m]);
+#if EDGEOSC_ASM
+  update_d8_asm(state, t);
+#else
+  {
+    int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH), j;
 #pragma GCC unroll 9
-  for (i = 0; i <= DH; ++i)
+    for (i = 0; i <= DH; ++i)
 #pragma GCC unroll 9
-    for (j = i; j <= DH; ++j, sc += 2) {
-      const int32_t s0 = sc[0], s1 = sc[1];
-      sc[0] = __smlad(kp[j], x0[i], s0), sc[1] = __smlad(kp[j], x1[i], s1);
+      for (j = i; j <= DH; ++j, sc += 2) {
+        const int32_t s0 = sc[0], s1 = sc[1];
+        sc[0] = __smlad(t[UPDATE_KP + j], t[UPDATE_X0 + i], s0), sc[1] = __smlad(t[UPDATE_KP + j], t[UPDATE_X1 + i], s1);
+      }
+#pragma GCC unroll 9
+    for (d = 0; d <= DH; ++d) sr[d] = (int32_t)((uint32_t)sr[d] + ((uint32_t)__smuad(t[UPDATE_VV + d], t[UPDATE_U]) << 1));
+#pragma GCC unroll 8
+    for (m = 1; m < NR; ++m) {
+      int32_t *row = sr + m * (DH + 1);
+#pragma GCC unroll 9
+      for (d = 0; d <= DH; ++d) row[d] = __smlad(t[UPDATE_VV + d], t[UPDATE_U + m], row[d]);
     }
-#pragma GCC unroll 8
-  for (d = 0; d < DH; ++d) vv[d] = edgeosc_pack_bottoms(ta->v[d] - p->zp_v, tb->v[d] - p->zp_v);
-  vv[DH] = 0x00010001;
-  { /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
-    const int32_t u0 = edgeosc_pack_bottoms(ta->u[0] >> 1, tb->u[0] >> 1);
-#pragma GCC unroll 9
-    for (d = 0; d <= DH; ++d) sr[d] = (int32_t)((uint32_t)sr[d] + ((uint32_t)__smuad(vv[d], u0) << 1));
   }
-#pragma GCC unroll 8
-  for (m = 1; m < NR; ++m) {
-    const int32_t um = edgeosc_pack_bottoms(ta->u[m], tb->u[m]);
-    int32_t *row = sr + m * (DH + 1);
-#pragma GCC unroll 9
-    for (d = 0; d <= DH; ++d) row[d] = __smlad(vv[d], um, row[d]);
-  }
+#endif
 }
 #undef DH
 #undef NR
