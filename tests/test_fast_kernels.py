@@ -197,9 +197,12 @@ def test_softmax_row_on_the_dsp_path_equals_the_portable_path(input_scale, tmp_p
 def test_softmax_core_past_its_packed_pairs_equals_the_reference(tmp_path):
     """The softmax core's mix packs a query's probability pairs on the stack, 64 pairs at a time: at T = 131 a row
     takes two chunks, the second a lone pair, and an odd last key. core_scaling checks every output against the
-    integer reference on the emulated Cortex-M4 (and the linear core's at that T)."""
-    (row,) = E.core_scaling(T_values=(131,), d_osc_values=(2,), core="cortex-m4", work_dir=tmp_path)
-    assert row["softmax_cycles"] > 0 and row["oscillator_linear_cycles"] < row["softmax_cycles"]
+    integer reference on the emulated Cortex-M4 (and the linear core's at that T), its pairs' loop in assembly
+    and in C (EDGEOSC_NO_ASM)."""
+    (row,) = E.core_scaling(T_values=(131,), d_osc_values=(2,), core="cortex-m4", work_dir=tmp_path / "asm")
+    (in_c,) = E.core_scaling(T_values=(131,), d_osc_values=(2,), core="cortex-m4", work_dir=tmp_path / "c",
+                             flags=(*E.CFLAGS, "-DEDGEOSC_NO_ASM"))
+    assert row["oscillator_linear_cycles"] < row["softmax_cycles"] < in_c["softmax_cycles"]
 
 
 def newton_stays_unsaturated(stride: int) -> bool:

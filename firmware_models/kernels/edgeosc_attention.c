@@ -134,6 +134,27 @@ static inline int8_t core_requant(const EdgeoscDspRequant *q, int32_t acc, Edgeo
 }
 #endif
 
+#if EDGEOSC_DSP
+/* score_row for the default heads' width (d_head 8), a function of its own so that gcc keeps the query's four
+ * pairs and the requantization's constants in registers. With int8 zero points |acc| <= 2^19, so
+ * x + half + zo 2^right stays inside int32: QADD never saturates, and adding zo before the shift is exact
+ * (floor((y + zo 2^r) / 2^r) = floor(y / 2^r) + zo), one constant less. */
+static __attribute__((noinline)) void score_row_d8(const int32_t *qw, const int8_t *kh, int T, int32_t base,
+                                                   const EdgeoscDspRequant *q, int32_t zo, int8_t *row) {
+  const int32_t q0 = qw[0], q1 = qw[1], q2 = qw[2], q3 = qw[3], m2 = q->m2, right = q->right;
+  const int32_t c = q->half + (int32_t)((uint32_t)zo << right);
+  int8_t *const end = row + T;
+#pragma GCC unroll 2
+  for (; row != end; ++row, kh += 8) {
+    const int32_t w0 = edgeosc_read4(kh), w1 = edgeosc_read4(kh + 4);
+    int32_t acc = __smlad(q1, edgeosc_sxtb16_ror8(w0), __smlad(q0, __sxtb16(w0), base)), x;
+    acc = __smlad(q3, edgeosc_sxtb16_ror8(w1), __smlad(q2, __sxtb16(w1), acc));
+    x = edgeosc_smmulr(acc, m2) + acc;
+    *row = (int8_t)__ssat((x + c + (x >> 31)) >> right, 8);
+  }
+}
+#endif
+
 /* One row of q k^T for query i of a head: T requantized scores. */
 static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t zq, int32_t zk,
                       EdgeoscRequant rq, int32_t zo, int rounding, int8_t *row) {
@@ -148,14 +169,8 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
     }
     EdgeoscDspRequant q;
     const int dsp = rounding == EDGEOSC_ROUND_AWAY && edgeosc_dsp_requant_init(&q, rq.multiplier, rq.shift);
-    if (dsp && dh == 8) { /* the default heads' width: the query's four pairs stay in registers */
-      const int32_t q0 = qw[0], q1 = qw[1], q2 = qw[2], q3 = qw[3];
-      for (j = 0; j < T; ++j, kh += 8) {
-        const int32_t w0 = edgeosc_read4(kh), w1 = edgeosc_read4(kh + 4);
-        int32_t acc = __smlad(q1, edgeosc_sxtb16_ror8(w0), __smlad(q0, __sxtb16(w0), base));
-        acc = __smlad(q3, edgeosc_sxtb16_ror8(w1), __smlad(q2, __sxtb16(w1), acc));
-        row[j] = core_requant(&q, acc, rq, zo, rounding);
-      }
+    if (dsp && dh == 8 && zq >= -128 && zq <= 128 && zk >= -128 && zk <= 128 && zo >= -128 && zo <= 128) {
+      score_row_d8(qw, kh, T, base, &q, zo, row);
       return;
     }
     for (j = 0; j < T; ++j) {
@@ -196,6 +211,54 @@ static void score_row(const int8_t *qi, const int8_t *kh, int T, int dh, int32_t
 
 #define MIX_PAIRS 64 /* mix_row's packed probability pairs on the stack (256 bytes): windows to 128 keys pack once */
 
+#if EDGEOSC_DSP
+/* acc[0..3] += n key pairs of mix_row: pair (a_j, a_j+1) against (v_j,d+i, v_j+1,d+i) for lanes i, gathered
+ * from two rows' SXTB16 lanes by PKHBT / PKHTB. EDGEOSC_ASM runs it in Thumb-2 assembly, two pairs a pass, its
+ * 14 values in registers (gcc spills two). */
+#if EDGEOSC_ASM
+__attribute__((naked, noinline)) static void mix_pairs(const int32_t *ap __attribute__((unused)),
+                                                       int n __attribute__((unused)),
+                                                       const int8_t *v0 __attribute__((unused)),
+                                                       int dv __attribute__((unused)),
+                                                       int32_t *acc __attribute__((unused))) {
+  __asm__(".macro edgeosc_mix_pair\n\t"
+          "ldr r8, [r0], #4\n\tldr r10, [r2, r3]\n\tldr r9, [r2]\n\tadd r2, r2, r3, lsl #1\n\t"
+          "sxtb16 r11, r9\n\tsxtb16 r12, r10\n\t"
+          "pkhbt lr, r11, r12, lsl #16\n\tsmlad r4, r8, lr, r4\n\t"   /* lanes d */
+          "pkhtb lr, r12, r11, asr #16\n\tsmlad r6, r8, lr, r6\n\t"   /* d + 2 */
+          "sxtb16 r11, r9, ror #8\n\tsxtb16 r12, r10, ror #8\n\t"
+          "pkhbt lr, r11, r12, lsl #16\n\tsmlad r5, r8, lr, r5\n\t"   /* d + 1 */
+          "pkhtb lr, r12, r11, asr #16\n\tsmlad r7, r8, lr, r7\n\t"   /* d + 3 */
+          ".endm\n\t"
+          "push {r4-r11, lr}\n\t"
+          "ldr r12, [sp, #36]\n\tldm r12, {r4-r7}\n\t"
+          "add r1, r0, r1, lsl #2\n\t" /* r1: the end of the pairs */
+          "sub r12, r1, r0\n\ttst r12, #4\n\tbeq 1f\n\t" /* an odd count: one pair first */
+          "edgeosc_mix_pair\n\t"
+          "1:\n\tcmp r0, r1\n\tbeq 2f\n\t"
+          "3:\n\tedgeosc_mix_pair\n\tedgeosc_mix_pair\n\tcmp r0, r1\n\tbne 3b\n\t"
+          "2:\n\tldr r12, [sp, #36]\n\tstm r12, {r4-r7}\n\t"
+          "pop {r4-r11, pc}\n\t"
+          ".purgem edgeosc_mix_pair");
+}
+#else
+static void mix_pairs(const int32_t *ap, int n, const int8_t *v0, int dv, int32_t *acc) {
+  int32_t acc0 = acc[0], acc1 = acc[1], acc2 = acc[2], acc3 = acc[3];
+  const int32_t *const a_end = ap + n;
+  for (; ap != a_end; ++ap, v0 += 2 * dv) {
+    const int32_t a = *ap, w0 = edgeosc_read4(v0), w1 = edgeosc_read4(v0 + dv);
+    const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1);
+    const int32_t o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
+    acc0 = __smlad(a, edgeosc_pack_bottoms(e0, e1), acc0); /* lanes d */
+    acc1 = __smlad(a, edgeosc_pack_bottoms(o0, o1), acc1); /* d + 1 */
+    acc2 = __smlad(a, edgeosc_pack_tops(e0, e1), acc2);    /* d + 2 */
+    acc3 = __smlad(a, edgeosc_pack_tops(o0, o1), acc3);    /* d + 3 */
+  }
+  acc[0] = acc0, acc[1] = acc1, acc[2] = acc2, acc[3] = acc3;
+}
+#endif
+#endif
+
 /* out_i = row (length T) times vh [T, dv]. */
 static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t za, int32_t zv,
                     EdgeoscRequant rq, int32_t zo, int rounding, int8_t *out) {
@@ -210,7 +273,7 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
     const int pairs = T / 2;
     const int32_t za2 = edgeosc_pair(za), ones = 0x00010001;
     for (d = 0; d < dv; d += 4) {
-      int32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0, c, n;
+      int32_t acc[4] = {0, 0, 0, 0}, c, n;
       const int8_t *v0 = vh + d;
       for (c = 0; c < pairs; c += MIX_PAIRS) { /* MIX_PAIRS pairs at a time (the stack), packed once if all fit */
         n = pairs - c < MIX_PAIRS ? pairs - c : MIX_PAIRS;
@@ -226,27 +289,19 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
             if (d == 0) asum += a[2 * j] + a[2 * j + 1] - 2 * za;
           }
         }
-        const int32_t *ap = apair, *const a_end = apair + n;
-        for (; ap != a_end; ++ap, v0 += 2 * dv) {
-          const int32_t a = *ap, w0 = edgeosc_read4(v0), w1 = edgeosc_read4(v0 + dv);
-          const int32_t e0 = __sxtb16(w0), e1 = __sxtb16(w1);
-          const int32_t o0 = edgeosc_sxtb16_ror8(w0), o1 = edgeosc_sxtb16_ror8(w1);
-          acc0 = __smlad(a, edgeosc_pack_bottoms(e0, e1), acc0); /* lanes d */
-          acc1 = __smlad(a, edgeosc_pack_bottoms(o0, o1), acc1); /* d + 1 */
-          acc2 = __smlad(a, edgeosc_pack_tops(e0, e1), acc2);    /* d + 2 */
-          acc3 = __smlad(a, edgeosc_pack_tops(o0, o1), acc3);    /* d + 3 */
-        }
+        mix_pairs(apair, n, v0, dv, acc);
+        v0 += (size_t)2 * n * dv;
       }
       j = 2 * pairs;
       if (j < T) {
         const int8_t *vj = vh + (size_t)j * dv + d;
         const int32_t aj = row[j] - za;
-        acc0 += aj * vj[0], acc1 += aj * vj[1], acc2 += aj * vj[2], acc3 += aj * vj[3];
+        acc[0] += aj * vj[0], acc[1] += aj * vj[1], acc[2] += aj * vj[2], acc[3] += aj * vj[3];
       }
-      out[d] = core_requant(dsp ? &q : 0, acc0 - zv * asum, rq, zo, rounding);
-      out[d + 1] = core_requant(dsp ? &q : 0, acc1 - zv * asum, rq, zo, rounding);
-      out[d + 2] = core_requant(dsp ? &q : 0, acc2 - zv * asum, rq, zo, rounding);
-      out[d + 3] = core_requant(dsp ? &q : 0, acc3 - zv * asum, rq, zo, rounding);
+      out[d] = core_requant(dsp ? &q : 0, acc[0] - zv * asum, rq, zo, rounding);
+      out[d + 1] = core_requant(dsp ? &q : 0, acc[1] - zv * asum, rq, zo, rounding);
+      out[d + 2] = core_requant(dsp ? &q : 0, acc[2] - zv * asum, rq, zo, rounding);
+      out[d + 3] = core_requant(dsp ? &q : 0, acc[3] - zv * asum, rq, zo, rounding);
     }
     return;
   }
