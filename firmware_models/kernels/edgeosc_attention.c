@@ -487,11 +487,25 @@ typedef struct {
   const int8_t *v;
 } KeyTerms;
 
+/* A key's readout coefficients u[0..2p] (KeyTerms.u); returns whether u[1..2p] fit int16. */
+static inline __attribute__((always_inline)) int readout_terms(const EdgeoscLinearKey *key, int32_t *u,
+                                                               const int pp) {
+  int32_t harm[8], m;
+  uint32_t spill = 0;
+  harmonics_q15(key->r, pp, harm);
+  u[0] = key->sign * key->gate * 128;
+#pragma GCC unroll 8
+  for (m = 0; m < 2 * pp; ++m) {
+    u[m + 1] = key->sign * ((key->gate * harm[m] + 128) >> 8);
+    spill |= (uint32_t)(u[m + 1] + 32768); /* bit 16 or above set: outside int16 */
+  }
+  return spill < 65536;
+}
+
 static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLinearParams *p,
                                                                const EdgeoscLinearKey *key, const int8_t *any_v,
                                                                KeyTerms *t, const int dh, const int pp) {
-  int32_t harm[8], m, a;
-  uint32_t spill = 0;
+  int32_t m, a;
   if (!key) {
     for (a = 0; a < dh; ++a) t->K[a] = 0;
     for (m = 0; m < 9; ++m) t->u[m] = 0;
@@ -501,18 +515,11 @@ static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLine
 #pragma GCC unroll 8
   for (a = 0; a < dh; ++a) t->K[a] = (int16_t)(key->k[a] - p->zp_k);
   t->r0 = key->sign * key->r[0], t->r1 = key->sign * key->r[1], t->v = key->v;
-  harmonics_q15(key->r, pp, harm);
-  t->u[0] = key->sign * key->gate * 128;
-#pragma GCC unroll 8
-  for (m = 0; m < 2 * pp; ++m) {
-    t->u[m + 1] = key->sign * ((key->gate * harm[m] + 128) >> 8);
-    spill |= (uint32_t)(t->u[m + 1] + 32768); /* bit 16 or above set: outside int16 */
-  }
-  t->fits = spill < 65536;
+  t->fits = readout_terms(key, t->u, pp);
 }
 
 /* The head the models run (d_head = d_value = 8, p = 4): its key terms unrolled, on the DSP path its update and
- * query too (linear_update_d8, linear_query_d8) */
+ * query too (update_d8, linear_query_d8) */
 static int default_head(const EdgeoscLinearParams *p) { return p->d_head == 8 && p->d_value == 8 && p->p == 4; }
 
 /* A key's terms (key_terms_of), unrolled for the default head */
@@ -1043,29 +1050,62 @@ __attribute__((naked, noinline)) static void update_d8_asm(int32_t *state __attr
 }
 #endif
 
-static void linear_update_d8(const EdgeoscLinearParams *p, int32_t *state, const KeyTerms *ta, const KeyTerms *tb) {
-  int32_t t[UPDATE_WORDS], i, m, d;
-  t[UPDATE_KP] = 0x00010001;
-  t[UPDATE_X0] = edgeosc_pack_bottoms(ta->r0, tb->r0), t[UPDATE_X1] = edgeosc_pack_bottoms(ta->r1, tb->r1);
-#pragma GCC unroll 8
-  for (i = 1; i <= DH; ++i) {
-    const int32_t ka = ta->K[i - 1], kb = tb->K[i - 1];
-    t[UPDATE_KP + i] = edgeosc_pack_bottoms(ka, kb);
-    t[UPDATE_X0 + i] = edgeosc_pack_bottoms(ka * ta->r0, kb * tb->r0);
-    t[UPDATE_X1 + i] = edgeosc_pack_bottoms(ka * ta->r1, kb * tb->r1);
+/* Eight int8 values of keys a and b less the zero point (zp2 in both halves) as int16 pairs (x_a, x_b) */
+static inline __attribute__((always_inline)) void pairs_of8(const int8_t *a, const int8_t *b, int32_t zp2,
+                                                            int32_t *out) {
+  int w;
+#pragma GCC unroll 2
+  for (w = 0; w < 8; w += 4) {
+    const int32_t wa = edgeosc_read4(a + w), wb = edgeosc_read4(b + w);
+    const int32_t ea = __sxtb16(wa), eb = __sxtb16(wb), oa = edgeosc_sxtb16_ror8(wa), ob = edgeosc_sxtb16_ror8(wb);
+    out[w] = __ssub16(edgeosc_pack_bottoms(ea, eb), zp2);
+    out[w + 1] = __ssub16(edgeosc_pack_bottoms(oa, ob), zp2);
+    out[w + 2] = __ssub16(edgeosc_pack_tops(ea, eb), zp2);
+    out[w + 3] = __ssub16(edgeosc_pack_tops(oa, ob), zp2);
   }
+}
+
+/* The update's table for keys a and b (b may be NULL: a key whose terms are all 0) straight from their bytes,
+ * the terms of key_terms_of already in pairs. Returns 0 where a readout coefficient leaves int16 (the portable
+ * loops take those keys). */
+static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey *a, const EdgeoscLinearKey *b,
+                           int32_t *t) {
+  int8_t none_k[DH], none_v[DH];
+  const int8_t none_r[2] = {0, 0};
+  EdgeoscLinearKey none;
+  int32_t ua[NR], ub[NR], rr0, rr1, i, m;
+  if (!b) { /* k and v at their zero points, no anchor, no gate */
+    for (i = 0; i < DH; ++i) none_k[i] = (int8_t)p->zp_k, none_v[i] = (int8_t)p->zp_v;
+    none.k = none_k, none.v = none_v, none.r = none_r, none.gate = 0, none.sign = 1;
+    b = &none;
+  }
+  if (!readout_terms(a, ua, 4) || !readout_terms(b, ub, 4)) return 0;
+  t[UPDATE_KP] = 0x00010001;
+  pairs_of8(a->k, b->k, edgeosc_pair(p->zp_k), t + UPDATE_KP + 1);
+  rr0 = edgeosc_pack16(a->sign * a->r[0], b->sign * b->r[0]), rr1 = edgeosc_pack16(a->sign * a->r[1], b->sign * b->r[1]);
+  t[UPDATE_X0] = rr0, t[UPDATE_X1] = rr1;
 #pragma GCC unroll 8
-  for (d = 0; d < DH; ++d) t[UPDATE_VV + d] = edgeosc_pack_bottoms(ta->v[d] - p->zp_v, tb->v[d] - p->zp_v);
+  for (i = 1; i <= DH; ++i) { /* K r in int16: |K| <= 255, |r| <= 128 */
+    const int32_t kp = t[UPDATE_KP + i];
+    t[UPDATE_X0 + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr0, (kp >> 16) * (rr0 >> 16));
+    t[UPDATE_X1 + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr1, (kp >> 16) * (rr1 >> 16));
+  }
+  pairs_of8(a->v, b->v, edgeosc_pair(p->zp_v), t + UPDATE_VV);
   t[UPDATE_VV + DH] = 0x00010001;
   /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
-  t[UPDATE_U] = edgeosc_pack_bottoms(ta->u[0] >> 1, tb->u[0] >> 1);
+  t[UPDATE_U] = edgeosc_pack_bottoms(ua[0] >> 1, ub[0] >> 1);
 #pragma GCC unroll 8
-  for (m = 1; m < NR; ++m) t[UPDATE_U + m] = edgeosc_pack_bottoms(ta->u[m], tb->u[m]);
+  for (m = 1; m < NR; ++m) t[UPDATE_U + m] = edgeosc_pack_bottoms(ua[m], ub[m]);
+  return 1;
+}
+
+/* The table's sums into the state */
+static void update_sums_d8(int32_t *state, const int32_t *t) {
 #if EDGEOSC_ASM
   update_d8_asm(state, t);
 #else
   {
-    int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH), j;
+    int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH), i, j, m, d;
 #pragma GCC unroll 9
     for (i = 0; i <= DH; ++i)
 #pragma GCC unroll 9
@@ -1084,6 +1124,14 @@ static void linear_update_d8(const EdgeoscLinearParams *p, int32_t *state, const
   }
 #endif
 }
+/* Keys a and b (b may be NULL) into the default head's state on the DSP path; 0: they take the portable loops */
+static int update_d8(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                     const EdgeoscLinearKey *b) {
+  int32_t t[UPDATE_WORDS];
+  if (!update_table_d8(p, a, b, t)) return 0;
+  update_sums_d8(state, t);
+  return 1;
+}
 #undef DH
 #undef NR
 #undef FEATURES
@@ -1097,14 +1145,14 @@ static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyT
 void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
                            const EdgeoscLinearKey *b) {
   KeyTerms ta, tb;
+#if EDGEOSC_DSP
+  if (default_head(p) && update_d8(p, state, a, b)) return;
+#endif
   key_terms(p, a, a->v, &ta);
   key_terms(p, b, a->v, &tb);
 #if EDGEOSC_DSP
-  if (dsp_pass(p, &ta, &tb)) {
-    if (default_head(p))
-      linear_update_d8(p, state, &ta, &tb);
-    else
-      linear_pass(p, state, &ta, &tb, 0, 0, 0);
+  if (dsp_pass(p, &ta, &tb)) { /* another head (the default head's keys that fail here fail update_d8 too) */
+    linear_pass(p, state, &ta, &tb, 0, 0, 0);
     return;
   }
 #endif
@@ -1124,16 +1172,17 @@ void edgeosc_linear_query(const EdgeoscLinearParams *p, const int32_t *state, co
 void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
                          const EdgeoscLinearKey *b, const int8_t *q, int8_t *out) {
   KeyTerms ta, tb;
+#if EDGEOSC_DSP
+  if (default_head(p) && update_d8(p, state, a, b)) { /* an update then a query */
+    linear_query_d8(p, state, q, out);
+    return;
+  }
+#endif
   key_terms(p, a, a->v, &ta);
   key_terms(p, b, a->v, &tb);
 #if EDGEOSC_DSP
   if (dsp_pass(p, &ta, &tb)) {
-    if (default_head(p)) { /* an update then a query */
-      linear_update_d8(p, state, &ta, &tb);
-      linear_query_d8(p, state, q, out);
-    } else {
-      linear_pass(p, state, &ta, &tb, q, out, 1);
-    }
+    linear_pass(p, state, &ta, &tb, q, out, 1);
     return;
   }
 #endif
