@@ -135,6 +135,14 @@ def test_default_head_streams_exactly_on_its_unrolled_path(gated, tmp_path):
     assert dsp < in_c < 0.8 * portable, (dsp, in_c, portable)
 
 
+@pytest.mark.parametrize("out_shift", [-10, 19, 20])
+def test_default_head_division_at_its_extreme_shifts(out_shift, tmp_path):
+    """The query's division on the DSP path at the output shift's ends, against the integer reference: -10 and 19
+    (62- and 33-bit roundings, SMMLA adding the rounding's top word) and 20 (a 32-bit one, SMMULR); at 19 and 20
+    nearly every output saturates (a division without SSAT fails here)."""
+    assert E.linear_hop_cycles("cortex-m4", heads=2, d_head=8, p=4, out_shift=out_shift, work_dir=tmp_path) > 0
+
+
 def test_inv_sqrt_multiplier_on_the_dsp_path_equals_the_reference(tmp_path):
     """1/sqrt's Newton steps on SMMULR (edgeosc_fixedpoint.c) against TFLite's arithmetic in numpy, emulated on the
     Cortex-M4 over the whole int32 range: every power of two and its neighbours, and log-uniform values."""

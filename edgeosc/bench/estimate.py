@@ -439,13 +439,14 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
 
 def linear_hop_cycles(core: str = "cortex-m4", heads: int = 4, d_head: int = 8, p: int = 4,
                       work_dir: str | Path | None = None, seed: int = 0, flags: Sequence[str] = CFLAGS,
-                      gated: bool = True) -> float:
+                      gated: bool = True, out_shift: int | None = None) -> float:
     """Cycles of one hop of the streaming linear core for the heads of one block, an ESTIMATE by emulation on
     `core`: each head's anchor turns, its window slides by a frame (the new key added, the expired one removed and
     the query read in one edgeosc_linear_step; edgeosc_linear_stream_int8). The work does not depend on the window:
     streams of 16 and 24 frames through a window of 4 (random int8 inputs, d_value = d_head, the key gate on unless
     not `gated`), each output checked against the integer reference, and the hop is the difference over the 8 extra
-    frames. `flags`: as core_scaling's."""
+    frames. `flags`: as core_scaling's; `out_shift`: the output requantization's shift instead of the layer's
+    (-10..20, the division's extremes)."""
     from ..integer import ckernels as K
     from ..integer import reference as R
     work = Path(work_dir) if work_dir else cache_dir()
@@ -455,6 +456,8 @@ def linear_hop_cycles(core: str = "cortex-m4", heads: int = 4, d_head: int = 8, 
         x = _layer_inputs(T, 2, heads, d_head, seed, p)
         g = x["g"] if gated else None
         pq = dataclasses.replace(x["lin"], causal=True, window=window, turn=R.turn_steps(np.linspace(0.05, 0.5, heads)))
+        if out_shift is not None:
+            pq = dataclasses.replace(pq, rq_out=R.Requant(pq.rq_out.multiplier, out_shift))
         ins = [x[n] for n in ("q", "k", "v", "r2")]
         want = R.linear_core_int8(pq, *ins, g)
         state = R.LinearStream.zeros(heads, d_head, d_head, p, window)

@@ -654,12 +654,40 @@ static inline __attribute__((always_inline)) int8_t divided_dsp(const Divider *d
   return (int8_t)__ssat((phi >> (dv->shift - 32)) + dv->zp_out, 8);
 }
 
+/* divided_dsp over a row, the divider's constants held in registers (a function of its own, so that they are):
+ * round = 2^(shift - 1) is 2^31 at shift 32 (SMMULR), else its top word alone, which SMMLA adds exactly. */
+static inline __attribute__((always_inline)) void divided_dsp_row(const Divider *dv, const int64_t *num, int n,
+                                                                  int8_t *out, const int top_round) {
+  const int32_t e = dv->e, inv = dv->inv, zp = dv->zp_out, sh = dv->shift - 32, rh = (int32_t)(dv->round >> 32);
+  const uint32_t half = (uint32_t)dv->half; /* e <= 31 */
+  int8_t *const end = out + n;
+  for (; out != end; ++out, ++num) {
+    const uint64_t t = (uint64_t)*num + half;
+    const int32_t hi = (int32_t)(t >> 32), lo = (int32_t)(((uint32_t)t >> e) | ((uint32_t)hi << (32 - e)));
+    const int32_t sat = (hi >> 31) ^ INT32_MAX, y = (hi >> e) != (lo >> 31) ? sat : lo; /* a select, no branch */
+    int32_t r;
+    if (top_round)
+      __asm__("smmla %0, %1, %2, %3" : "=r"(r) : "r"(y), "r"(inv), "r"(rh));
+    else
+      r = edgeosc_smmulr(y, inv);
+    *out = (int8_t)__ssat((r >> sh) + zp, 8);
+  }
+}
+
+static inline __attribute__((always_inline)) void divided_row_dsp(const Divider *dv, const int64_t *num, int n,
+                                                                  int8_t *out) {
+  if (dv->shift > 32)
+    divided_dsp_row(dv, num, n, out, 1);
+  else
+    divided_dsp_row(dv, num, n, out, 0);
+}
+
 /* A query's n outputs num[d] / den: divided_dsp where the divider takes it, else divided */
 static inline __attribute__((always_inline)) void divided_row(const Divider *dv, const int64_t *num, int n,
                                                               int8_t *out) {
   int d;
   if (dv->any && dv->e >= 1 && dv->e <= 31)
-    for (d = 0; d < n; ++d) out[d] = divided_dsp(dv, num[d]);
+    divided_row_dsp(dv, num, n, out);
   else
     for (d = 0; d < n; ++d) out[d] = divided(dv, num[d]);
 }
@@ -955,44 +983,61 @@ __attribute__((naked, noinline)) static void readout_d8_asm(const int32_t *sr __
 }
 #endif
 
-static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
-  const int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
-  int32_t Q[DH], w[FEATURES], beta[NR], *wp = w, a, b;
-  int64_t h[2], num[DH + 1];
-  Divider div;
-  h[0] = (int64_t)p->c1 * p->c1 * state[0], h[1] = (int64_t)p->c1 * p->c1 * state[1];
+/* The query's coupling weights w[FEATURES] (2 c1 Q_a, then per row 2 Q_a^2 and 4 Q_a Q_b) */
+static void query_weights_d8(const EdgeoscLinearParams *p, const int8_t *q, int32_t *w) {
+  const int32_t c2 = 2 * p->c1, zq = p->zp_q; /* locals: the stores to w could alias p */
+  int32_t Q2[DH], a, b;
 #pragma GCC unroll 8
-  for (a = 0; a < DH; ++a) Q[a] = q[a] - p->zp_q;
+  for (a = 0; a < DH; ++a) Q2[a] = 2 * (q[a] - zq);
 #pragma GCC unroll 8
-  for (a = 0; a < DH; ++a) *wp++ = 2 * p->c1 * Q[a];
+  for (a = 0; a < DH; ++a) *w++ = c2 * Q2[a] >> 1;
 #pragma GCC unroll 8
   for (a = 0; a < DH; ++a) {
-    const int32_t qa4 = 4 * Q[a];
-    *wp++ = 2 * Q[a] * Q[a]; /* a == b: weight 2, a < b: 4 (both orders) */
+    *w++ = Q2[a] * Q2[a] >> 1; /* a == b: weight 2, a < b: 4 (both orders) */
 #pragma GCC unroll 8
-    for (b = a + 1; b < DH; ++b) *wp++ = qa4 * Q[b];
+    for (b = a + 1; b < DH; ++b) *w++ = Q2[a] * Q2[b];
   }
+}
+
+/* The query from h, its coupling sums past (0, 0): c1^2 times word pair (0, 0), then z, the readout, the division */
+static void query_from_h_d8(const EdgeoscLinearParams *p, const int32_t *state, int64_t *h, int8_t *out) {
+  const int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
+  int32_t beta[NR];
+  int64_t num[DH + 1];
+  Divider div;
+  h[0] += (int64_t)p->c1 * p->c1 * state[0], h[1] += (int64_t)p->c1 * p->c1 * state[1];
+  readout_weights_of(h[0], h[1], beta, 4);
+#if EDGEOSC_ASM
+  readout_d8_asm(sr, beta, num);
+#else
+  {
+    int32_t a, b;
+    for (b = 0; b <= DH; ++b) { /* column b */
+      const int32_t *col = sr + b;
+      int64_t sum = 0;
+      for (a = 0; a < NR; ++a, col += DH + 1) sum += (int64_t)beta[a] * col[0];
+      num[b] = sum;
+    }
+  }
+#endif
+  divider(p, num[DH], &div);
+  divided_row(&div, num, DH, out);
+}
+
+static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
+  int32_t w[FEATURES];
+  int64_t h[2] = {0, 0};
+  query_weights_d8(p, q, w);
 #if EDGEOSC_ASM
   coupling_d8_asm(state + 2, w, h);
 #else
   {
     const int32_t *sc = state + 2;
-    for (a = 0; a < FEATURES; ++a, sc += 2) h[0] += (int64_t)w[a] * sc[0], h[1] += (int64_t)w[a] * sc[1];
+    int32_t f;
+    for (f = 0; f < FEATURES; ++f, sc += 2) h[0] += (int64_t)w[f] * sc[0], h[1] += (int64_t)w[f] * sc[1];
   }
 #endif
-  readout_weights_of(h[0], h[1], beta, 4);
-#if EDGEOSC_ASM
-  readout_d8_asm(sr, beta, num);
-#else
-  for (b = 0; b <= DH; ++b) { /* column b */
-    const int32_t *col = sr + b;
-    int64_t sum = 0;
-    for (a = 0; a < NR; ++a, col += DH + 1) sum += (int64_t)beta[a] * col[0];
-    num[b] = sum;
-  }
-#endif
-  divider(p, num[DH], &div);
-  divided_row(&div, num, DH, out);
+  query_from_h_d8(p, state, h, out);
 }
 
 /* Two keys into the state on the DSP path for the default head, linear_pass's sums (query 0) unrolled: each
@@ -1004,11 +1049,10 @@ enum { UPDATE_KP = 0, UPDATE_X0 = DH + 1, UPDATE_X1 = 2 * (DH + 1), UPDATE_VV = 
 
 #if EDGEOSC_ASM
 /* The update's sums in Thumb-2 assembly, every state word loaded, summed and stored once, with the pairs each word
- * takes held in registers (gcc spills them: 1131 -> about 700 cycles a call). Coupling: row i's (x0_i, x1_i) in
- * r10, r11, K'_1..K'_8 in r2-r9 (K'_0 = (1, 1) by SXTAH and ASR #16), each word pair loaded, two SMLAD, stored.
- * Readout: u_0..u_8 in r2-r10, column by column, row 0's halved u doubled (LSL #1). */
-__attribute__((naked, noinline)) static void update_d8_asm(int32_t *state __attribute__((unused)),
-                                                           const int32_t *t __attribute__((unused))) {
+ * takes held in registers (gcc spills them). Coupling: row i's (x0_i, x1_i) in r10, r11, K'_1..K'_8 in r2-r9
+ * (K'_0 = (1, 1) by SXTAH and ASR #16), each word pair loaded, two SMLAD, stored. */
+__attribute__((naked, noinline)) static void update_coupling_d8_asm(int32_t *state __attribute__((unused)),
+                                                                    const int32_t *t __attribute__((unused))) {
   __asm__(".macro edgeosc_pairs kp, rest:vararg\n\t" /* a coupling row's word pairs, K'_j in \kp */
           "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
           "smlad r12, \\kp, r10, r12\n\tsmlad lr, \\kp, r11, lr\n\t"
@@ -1018,11 +1062,6 @@ __attribute__((naked, noinline)) static void update_d8_asm(int32_t *state __attr
           ".macro edgeosc_row i, kps:vararg\n\t"
           "ldr r10, [r1, #36 + 4 * \\i]\n\tldr r11, [r1, #72 + 4 * \\i]\n\t"
           "edgeosc_pairs \\kps\n\t"
-          ".endm\n\t"
-          ".macro edgeosc_rows m, ua, ub\n\t" /* a readout column's words in rows m, m + 1 */
-          "ldr r12, [r0, #36 * \\m]\n\tldr lr, [r0, #36 * \\m + 36]\n\t"
-          "smlad r12, r11, \\ua, r12\n\tsmlad lr, r11, \\ub, lr\n\t"
-          "str r12, [r0, #36 * \\m]\n\tstr lr, [r0, #36 * \\m + 36]\n\t"
           ".endm\n\t"
           "push {r4-r11, lr}\n\t"
           "add r12, r1, #4\n\tldm r12, {r2-r9}\n\t"
@@ -1039,6 +1078,19 @@ __attribute__((naked, noinline)) static void update_d8_asm(int32_t *state __attr
           "edgeosc_row 6, r7, r8, r9\n\t"
           "edgeosc_row 7, r8, r9\n\t"
           "edgeosc_row 8, r9\n\t"
+          "pop {r4-r11, pc}\n\t"
+          ".purgem edgeosc_row\n\t.purgem edgeosc_pairs");
+}
+
+/* The readout's sums (sr: the readout rows): u_0..u_8 in r2-r10, column by column, row 0's halved u doubled */
+__attribute__((naked, noinline)) static void update_readout_d8_asm(int32_t *sr __attribute__((unused)),
+                                                                   const int32_t *t __attribute__((unused))) {
+  __asm__(".macro edgeosc_rows m, ua, ub\n\t" /* a readout column's words in rows m, m + 1 */
+          "ldr r12, [r0, #36 * \\m]\n\tldr lr, [r0, #36 * \\m + 36]\n\t"
+          "smlad r12, r11, \\ua, r12\n\tsmlad lr, r11, \\ub, lr\n\t"
+          "str r12, [r0, #36 * \\m]\n\tstr lr, [r0, #36 * \\m + 36]\n\t"
+          ".endm\n\t"
+          "push {r4-r11, lr}\n\t"
           "add r12, r1, #144\n\tldm r12, {r2-r10}\n\tadd r1, r1, #108\n\t" /* u, then vv from r1 */
           ".rept 9\n\t"
           "ldr r11, [r1], #4\n\tldr r12, [r0]\n\tsmuad lr, r11, r2\n\tadd r12, r12, lr, lsl #1\n\tstr r12, [r0]\n\t"
@@ -1046,7 +1098,37 @@ __attribute__((naked, noinline)) static void update_d8_asm(int32_t *state __attr
           "add r0, r0, #4\n\t"
           ".endr\n\t"
           "pop {r4-r11, pc}\n\t"
-          ".purgem edgeosc_rows\n\t.purgem edgeosc_row\n\t.purgem edgeosc_pairs");
+          ".purgem edgeosc_rows");
+}
+
+/* A stream step's coupling: each word pair (i, j) takes both keys (SMLAD of K'_j, loaded, against x0_i, x1_i)
+ * and, updated, feeds h (int64[2], from its features past (0, 0)) by SMLAL with the query's weight w_f, so each
+ * word is loaded and stored once for the update and the query together. */
+__attribute__((naked, noinline)) static void step_coupling_d8_asm(int32_t *state __attribute__((unused)),
+                                                                  const int32_t *t __attribute__((unused)),
+                                                                  const int32_t *w __attribute__((unused)),
+                                                                  int64_t *h __attribute__((unused))) {
+  __asm__(".macro edgeosc_step_pair\n\t"
+          "ldr r10, [r1], #4\n\tldr r11, [r2], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "smlad r12, r10, r4, r12\n\tsmlad lr, r10, r5, lr\n\t"
+          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
+          "smlal r6, r7, r11, r12\n\tsmlal r8, r9, r11, lr\n\t"
+          ".endm\n\t"
+          "push {r4-r11, lr}\n\t"
+          "ldrd r6, r7, [r3]\n\tldrd r8, r9, [r3, #8]\n\t"
+          "ldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\t" /* row 0: (0, 0) adds r itself (h takes it in C) */
+          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "sxtah r12, r12, r4\n\tadd r12, r12, r4, asr #16\n\tsxtah lr, lr, r5\n\tadd lr, lr, r5, asr #16\n\t"
+          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
+          "add r1, r1, #4\n\t"
+          ".rept 8\n\tedgeosc_step_pair\n\t.endr\n\t"
+          ".irp i, 1, 2, 3, 4, 5, 6, 7, 8\n\t" /* row i: K' from t + i, (x0_i, x1_i) 9 and 18 words on */
+          "sub r1, r1, #4 * (9 - \\i)\n\tldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\t"
+          ".rept 9 - \\i\n\tedgeosc_step_pair\n\t.endr\n\t"
+          ".endr\n\t"
+          "strd r6, r7, [r3]\n\tstrd r8, r9, [r3, #8]\n\t"
+          "pop {r4-r11, pc}\n\t"
+          ".purgem edgeosc_step_pair");
 }
 #endif
 
@@ -1102,7 +1184,8 @@ static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey 
 /* The table's sums into the state */
 static void update_sums_d8(int32_t *state, const int32_t *t) {
 #if EDGEOSC_ASM
-  update_d8_asm(state, t);
+  update_coupling_d8_asm(state, t);
+  update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
 #else
   {
     int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH), i, j, m, d;
@@ -1124,6 +1207,22 @@ static void update_sums_d8(int32_t *state, const int32_t *t) {
   }
 #endif
 }
+/* A stream's step on the default head from its update table: the update then query q (out [DH]); in assembly the
+ * coupling's update and the query's sums in one pass */
+static void step_d8(const EdgeoscLinearParams *p, int32_t *state, const int32_t *t, const int8_t *q, int8_t *out) {
+#if EDGEOSC_ASM
+  int32_t w[FEATURES];
+  int64_t h[2] = {0, 0};
+  query_weights_d8(p, q, w);
+  step_coupling_d8_asm(state, t, w, h);
+  update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
+  query_from_h_d8(p, state, h, out);
+#else
+  update_sums_d8(state, t);
+  linear_query_d8(p, state, q, out);
+#endif
+}
+
 /* Keys a and b (b may be NULL) into the default head's state on the DSP path; 0: they take the portable loops */
 static int update_d8(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
                      const EdgeoscLinearKey *b) {
@@ -1173,9 +1272,12 @@ void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const Edg
                          const EdgeoscLinearKey *b, const int8_t *q, int8_t *out) {
   KeyTerms ta, tb;
 #if EDGEOSC_DSP
-  if (default_head(p) && update_d8(p, state, a, b)) { /* an update then a query */
-    linear_query_d8(p, state, q, out);
-    return;
+  if (default_head(p)) {
+    int32_t t[UPDATE_WORDS];
+    if (update_table_d8(p, a, b, t)) {
+      step_d8(p, state, t, q, out);
+      return;
+    }
   }
 #endif
   key_terms(p, a, a->v, &ta);
@@ -1311,8 +1413,13 @@ int edgeosc_linear_stream_int8(const EdgeoscLinearParams *p, const int8_t *q, co
         expired.gate = g ? keep[dh + dv + 2] - p->zp_g : 256, expired.sign = -1;
       }
       edgeosc_linear_step(p, state, &key, held == W ? &expired : NULL, qh + (size_t)i * dh, oh + (size_t)i * dv);
-      edgeosc_copy_bytes(keep, key.k, dh);
-      edgeosc_copy_bytes(keep + dh, key.v, dv);
+      if (dh == 8 && dv == 8) { /* the default head: constant lengths, the copies unrolled */
+        edgeosc_copy_bytes(keep, key.k, 8);
+        edgeosc_copy_bytes(keep + 8, key.v, 8);
+      } else {
+        edgeosc_copy_bytes(keep, key.k, dh);
+        edgeosc_copy_bytes(keep + dh, key.v, dv);
+      }
       keep[dh + dv] = key.r[0], keep[dh + dv + 1] = key.r[1], keep[dh + dv + 2] = gh ? gh[i] : 0;
       if (held < W) ++held;
     }
