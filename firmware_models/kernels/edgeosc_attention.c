@@ -259,6 +259,27 @@ static void mix_pairs(const int32_t *ap, int n, const int8_t *v0, int dv, int32_
 #endif
 #endif
 
+#if EDGEOSC_DSP
+/* mix_row's n probability pairs (a_2j - za, a_2j+1 - za) packed into apair, four bytes a word; with `sum`, sum
+ * plus their total (one loop each way, the sum not tested per word) */
+static inline __attribute__((always_inline)) int32_t pack_pairs(const int8_t *a, int n, int32_t za, int32_t *apair,
+                                                                int32_t sum, const int with_sum) {
+  const int32_t za2 = edgeosc_pair(za), ones = 0x00010001;
+  int j;
+#pragma GCC unroll 2
+  for (j = 0; j + 2 <= n; j += 2) {
+    const int32_t w = edgeosc_read4(a + 2 * j), e = __sxtb16(w), o = edgeosc_sxtb16_ror8(w);
+    apair[j] = __ssub16(edgeosc_pack_bottoms(e, o), za2), apair[j + 1] = __ssub16(edgeosc_pack_tops(e, o), za2);
+    if (with_sum) sum = __smlad(apair[j], ones, __smlad(apair[j + 1], ones, sum));
+  }
+  if (j < n) {
+    apair[j] = edgeosc_pack16(a[2 * j] - za, a[2 * j + 1] - za);
+    if (with_sum) sum += a[2 * j] + a[2 * j + 1] - 2 * za;
+  }
+  return sum;
+}
+#endif
+
 /* out_i = row (length T) times vh [T, dv]. */
 static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t za, int32_t zv,
                     EdgeoscRequant rq, int32_t zo, int rounding, int8_t *out) {
@@ -271,24 +292,15 @@ static void mix_row(const int8_t *row, const int8_t *vh, int T, int dv, int32_t 
     const int dsp = rounding == EDGEOSC_ROUND_AWAY && edgeosc_dsp_requant_init(&q, rq.multiplier, rq.shift);
     int32_t asum = T & 1 ? row[T - 1] - za : 0, apair[MIX_PAIRS];
     const int pairs = T / 2;
-    const int32_t za2 = edgeosc_pair(za), ones = 0x00010001;
     for (d = 0; d < dv; d += 4) {
       int32_t acc[4] = {0, 0, 0, 0}, c, n;
       const int8_t *v0 = vh + d;
       for (c = 0; c < pairs; c += MIX_PAIRS) { /* MIX_PAIRS pairs at a time (the stack), packed once if all fit */
         n = pairs - c < MIX_PAIRS ? pairs - c : MIX_PAIRS;
-        if (d == 0 || pairs > MIX_PAIRS) { /* four weights a word: (a0, a1), (a2, a3) less za; their sum once */
-          const int8_t *const a = row + 2 * c;
-          for (j = 0; j + 2 <= n; j += 2) {
-            const int32_t w = edgeosc_read4(a + 2 * j), e = __sxtb16(w), o = edgeosc_sxtb16_ror8(w);
-            apair[j] = __ssub16(edgeosc_pack_bottoms(e, o), za2), apair[j + 1] = __ssub16(edgeosc_pack_tops(e, o), za2);
-            if (d == 0) asum = __smlad(apair[j], ones, __smlad(apair[j + 1], ones, asum));
-          }
-          if (j < n) {
-            apair[j] = edgeosc_pack16(a[2 * j] - za, a[2 * j + 1] - za);
-            if (d == 0) asum += a[2 * j] + a[2 * j + 1] - 2 * za;
-          }
-        }
+        if (d == 0) /* four weights a word: (a0, a1), (a2, a3) less za; their sum once */
+          asum = pack_pairs(row + 2 * c, n, za, apair, asum, 1);
+        else if (pairs > MIX_PAIRS)
+          pack_pairs(row + 2 * c, n, za, apair, 0, 0);
         mix_pairs(apair, n, v0, dv, acc);
         v0 += (size_t)2 * n * dv;
       }
@@ -1102,33 +1114,41 @@ __attribute__((naked, noinline)) static void update_readout_d8_asm(int32_t *sr _
 }
 
 /* A stream step's coupling: each word pair (i, j) takes both keys (SMLAD of K'_j, loaded, against x0_i, x1_i)
- * and, updated, feeds h (int64[2], from its features past (0, 0)) by SMLAL with the query's weight w_f, so each
- * word is loaded and stored once for the update and the query together. */
+ * and, updated, feeds h (int64[2], from its features past (0, 0)) by SMLAL with the query's weight, so each word
+ * is loaded and stored once for the update and the query together. The weights from qv = [c1, 2 Q_0..2 Q_7]
+ * (passed at qv + 1) as each pair goes by: row i's multiplier qv[i] in r3 (c1, then 2 Q_a) times 2 Q_b
+ * (2 c1 Q_b in row 0, 4 Q_a Q_b past the diagonal), on the diagonal (2 Q_a)^2 / 2. */
 __attribute__((naked, noinline)) static void step_coupling_d8_asm(int32_t *state __attribute__((unused)),
                                                                   const int32_t *t __attribute__((unused)),
-                                                                  const int32_t *w __attribute__((unused)),
+                                                                  const int32_t *qv __attribute__((unused)),
                                                                   int64_t *h __attribute__((unused))) {
-  __asm__(".macro edgeosc_step_pair\n\t"
-          "ldr r10, [r1], #4\n\tldr r11, [r2], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+  __asm__(".macro edgeosc_step_sums\n\t" /* the pair's update, then h by its weight r11 */
           "smlad r12, r10, r4, r12\n\tsmlad lr, r10, r5, lr\n\t"
           "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
           "smlal r6, r7, r11, r12\n\tsmlal r8, r9, r11, lr\n\t"
           ".endm\n\t"
-          "push {r4-r11, lr}\n\t"
+          ".macro edgeosc_step_pair\n\t"
+          "ldr r10, [r1], #4\n\tldr r11, [r2], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "mul r11, r11, r3\n\tedgeosc_step_sums\n\t"
+          ".endm\n\t"
+          "push {r3-r11, lr}\n\t"
           "ldrd r6, r7, [r3]\n\tldrd r8, r9, [r3, #8]\n\t"
           "ldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\t" /* row 0: (0, 0) adds r itself (h takes it in C) */
           "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
           "sxtah r12, r12, r4\n\tadd r12, r12, r4, asr #16\n\tsxtah lr, lr, r5\n\tadd lr, lr, r5, asr #16\n\t"
           "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
-          "add r1, r1, #4\n\t"
+          "add r1, r1, #4\n\tldr r3, [r2, #-4]\n\t"
           ".rept 8\n\tedgeosc_step_pair\n\t.endr\n\t"
-          ".irp i, 1, 2, 3, 4, 5, 6, 7, 8\n\t" /* row i: K' from t + i, (x0_i, x1_i) 9 and 18 words on */
-          "sub r1, r1, #4 * (9 - \\i)\n\tldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\t"
-          ".rept 9 - \\i\n\tedgeosc_step_pair\n\t.endr\n\t"
+          ".irp i, 1, 2, 3, 4, 5, 6, 7, 8\n\t" /* row i: K' from t + i, (x0_i, x1_i) 9 and 18 words on, 2 Q_b from qv + i + 1 */
+          "sub r1, r1, #4 * (9 - \\i)\n\tsub r2, r2, #4 * (8 - \\i)\n\t"
+          "ldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\tldr r3, [r2, #-4]\n\t"
+          "ldr r10, [r1], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t" /* the diagonal */
+          "mul r11, r3, r3\n\tasr r11, r11, #1\n\tedgeosc_step_sums\n\t"
+          ".rept 8 - \\i\n\tedgeosc_step_pair\n\t.endr\n\t"
           ".endr\n\t"
-          "strd r6, r7, [r3]\n\tstrd r8, r9, [r3, #8]\n\t"
-          "pop {r4-r11, pc}\n\t"
-          ".purgem edgeosc_step_pair");
+          "ldr r3, [sp]\n\tstrd r6, r7, [r3]\n\tstrd r8, r9, [r3, #8]\n\t"
+          "pop {r3-r11, pc}\n\t"
+          ".purgem edgeosc_step_pair\n\t.purgem edgeosc_step_sums");
 }
 #endif
 
@@ -1162,6 +1182,10 @@ static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey 
     b = &none;
   }
   if (!readout_terms(a, ua, 4) || !readout_terms(b, ub, 4)) return 0;
+  /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
+  t[UPDATE_U] = edgeosc_pack_bottoms(ua[0] >> 1, ub[0] >> 1);
+#pragma GCC unroll 8
+  for (m = 1; m < NR; ++m) t[UPDATE_U + m] = edgeosc_pack_bottoms(ua[m], ub[m]);
   t[UPDATE_KP] = 0x00010001;
   pairs_of8(a->k, b->k, edgeosc_pair(p->zp_k), t + UPDATE_KP + 1);
   rr0 = edgeosc_pack16(a->sign * a->r[0], b->sign * b->r[0]), rr1 = edgeosc_pack16(a->sign * a->r[1], b->sign * b->r[1]);
@@ -1174,10 +1198,6 @@ static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey 
   }
   pairs_of8(a->v, b->v, edgeosc_pair(p->zp_v), t + UPDATE_VV);
   t[UPDATE_VV + DH] = 0x00010001;
-  /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
-  t[UPDATE_U] = edgeosc_pack_bottoms(ua[0] >> 1, ub[0] >> 1);
-#pragma GCC unroll 8
-  for (m = 1; m < NR; ++m) t[UPDATE_U + m] = edgeosc_pack_bottoms(ua[m], ub[m]);
   return 1;
 }
 
@@ -1211,10 +1231,12 @@ static void update_sums_d8(int32_t *state, const int32_t *t) {
  * coupling's update and the query's sums in one pass */
 static void step_d8(const EdgeoscLinearParams *p, int32_t *state, const int32_t *t, const int8_t *q, int8_t *out) {
 #if EDGEOSC_ASM
-  int32_t w[FEATURES];
+  int32_t qv[DH + 1], a;
   int64_t h[2] = {0, 0};
-  query_weights_d8(p, q, w);
-  step_coupling_d8_asm(state, t, w, h);
+  qv[0] = p->c1;
+#pragma GCC unroll 8
+  for (a = 0; a < DH; ++a) qv[a + 1] = 2 * (q[a] - p->zp_q);
+  step_coupling_d8_asm(state, t, qv + 1, h);
   update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
   query_from_h_d8(p, state, h, out);
 #else
