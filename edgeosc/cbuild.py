@@ -64,7 +64,8 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     include_dirs = [KERNELS, *map(Path, include_dirs)]
     cmd = list(cc or [compiler()])
     base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), *flags]).encode())
-    for p in sorted({p for d in include_dirs for p in d.glob("*.h")}):
+    searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I"))]  # -I in flags: bare ELFs'
+    for p in sorted({p for d in searched for p in d.glob("*.h")}):
         base.update(p.name.encode() + b"\0" + p.read_bytes())
     h = base.copy()
     h.update("\0".join(libs).encode())
