@@ -653,21 +653,10 @@ static inline __attribute__((always_inline)) int8_t divided(const Divider *dv, i
 }
 
 #if EDGEOSC_DSP
-/* divided() for a divider with 1 <= e <= 31 (den in [2^23, 2^53]), in 32-bit halves: round(x / 2^e), saturated
- * to int32 where its top word is not the sign of its bottom one, then times inv and rounded in one SMLAL (the
- * rounding constant as its accumulator), SSAT. */
-static inline __attribute__((always_inline)) int8_t divided_dsp(const Divider *dv, int64_t x) {
-  const uint64_t t = (uint64_t)x + dv->half;
-  const int32_t hi = (int32_t)(t >> 32), lo = (int32_t)(((uint32_t)t >> dv->e) | ((uint32_t)hi << (32 - dv->e)));
-  const int32_t y = (hi >> dv->e) != (lo >> 31) ? (hi < 0 ? INT32_MIN : INT32_MAX) : lo;
-  uint32_t plo = (uint32_t)dv->round;
-  int32_t phi = (int32_t)(dv->round >> 32);
-  __asm__("smlal %0, %1, %2, %3" : "+r"(plo), "+r"(phi) : "r"(y), "r"(dv->inv));
-  return (int8_t)__ssat((phi >> (dv->shift - 32)) + dv->zp_out, 8);
-}
-
-/* divided_dsp over a row, the divider's constants held in registers (a function of its own, so that they are):
- * round = 2^(shift - 1) is 2^31 at shift 32 (SMMULR), else its top word alone, which SMMLA adds exactly. */
+/* divided() over a row for a divider with 1 <= e <= 31 (den in [2^23, 2^53]), its constants in registers, in
+ * 32-bit halves: round(x / 2^e), saturated to int32 where its top word is not the sign of its bottom one (a select,
+ * no branch), times inv and rounded: the rounding 2^(shift - 1) is 2^31 at shift 32 (SMMULR), else its top word
+ * alone, which SMMLA adds exactly; SSAT. */
 static inline __attribute__((always_inline)) void divided_dsp_row(const Divider *dv, const int64_t *num, int n,
                                                                   int8_t *out, const int top_round) {
   const int32_t e = dv->e, inv = dv->inv, zp = dv->zp_out, sh = dv->shift - 32, rh = (int32_t)(dv->round >> 32);
@@ -676,7 +665,7 @@ static inline __attribute__((always_inline)) void divided_dsp_row(const Divider 
   for (; out != end; ++out, ++num) {
     const uint64_t t = (uint64_t)*num + half;
     const int32_t hi = (int32_t)(t >> 32), lo = (int32_t)(((uint32_t)t >> e) | ((uint32_t)hi << (32 - e)));
-    const int32_t sat = (hi >> 31) ^ INT32_MAX, y = (hi >> e) != (lo >> 31) ? sat : lo; /* a select, no branch */
+    const int32_t sat = (hi >> 31) ^ INT32_MAX, y = (hi >> e) != (lo >> 31) ? sat : lo;
     int32_t r;
     if (top_round)
       __asm__("smmla %0, %1, %2, %3" : "=r"(r) : "r"(y), "r"(inv), "r"(rh));
@@ -686,20 +675,14 @@ static inline __attribute__((always_inline)) void divided_dsp_row(const Divider 
   }
 }
 
-static inline __attribute__((always_inline)) void divided_row_dsp(const Divider *dv, const int64_t *num, int n,
-                                                                  int8_t *out) {
-  if (dv->shift > 32)
-    divided_dsp_row(dv, num, n, out, 1);
-  else
-    divided_dsp_row(dv, num, n, out, 0);
-}
-
-/* A query's n outputs num[d] / den: divided_dsp where the divider takes it, else divided */
+/* A query's n outputs num[d] / den: divided_dsp_row where the divider takes it, else divided */
 static inline __attribute__((always_inline)) void divided_row(const Divider *dv, const int64_t *num, int n,
                                                               int8_t *out) {
   int d;
-  if (dv->any && dv->e >= 1 && dv->e <= 31)
-    divided_row_dsp(dv, num, n, out);
+  if (dv->any && dv->e >= 1 && dv->e <= 31 && dv->shift > 32)
+    divided_dsp_row(dv, num, n, out, 1);
+  else if (dv->any && dv->e >= 1 && dv->e <= 31)
+    divided_dsp_row(dv, num, n, out, 0);
   else
     for (d = 0; d < n; ++d) out[d] = divided(dv, num[d]);
 }
@@ -958,7 +941,7 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
 /* A query alone on the DSP path for the default head (d_head = d_value = 8, p = 4: DH, NR), the portable query's
  * sums: the coupling's 44 features after (0, 0) each one weight (a table: 2 c1 Q_a, then per row 2 Q_a^2 and
  * 4 Q_a Q_b) times its two words, the readout three columns a pass over its rows (six int64 sums), the division by
- * divided_dsp. EDGEOSC_ASM runs both loops in Thumb-2 assembly, straight through: runs of loads (LDM, or LDR after
+ * divided_dsp_row. EDGEOSC_ASM runs both loops in Thumb-2 assembly, straight through: runs of loads (LDM, or LDR after
  * LDR, one cycle a word after the first) then SMLAL, which gcc's own scheduling spreads apart. */
 #define DH 8
 #define NR 9
