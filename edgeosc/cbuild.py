@@ -64,7 +64,8 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     include_dirs = [KERNELS, *map(Path, include_dirs)]
     cmd = list(cc or [compiler()])
     base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), *flags]).encode())
-    searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I"))]  # -I in flags: bare ELFs'
+    # the headers of -I flags' folders too: bench.estimate.build passes a generated firmware's folder so
+    searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I"))]
     for p in sorted({p for d in searched for p in d.glob("*.h")}):
         base.update(p.name.encode() + b"\0" + p.read_bytes())
     h = base.copy()

@@ -1122,7 +1122,8 @@ __attribute__((naked, noinline)) static void step_coupling_d8_asm(int32_t *state
           "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
           "add r1, r1, #4\n\tldr r3, [r2, #-4]\n\t"
           ".rept 8\n\tedgeosc_step_pair\n\t.endr\n\t"
-          ".irp i, 1, 2, 3, 4, 5, 6, 7, 8\n\t" /* row i: K' from t + i, (x0_i, x1_i) 9 and 18 words on, 2 Q_b from qv + i + 1 */
+          /* row i: K' from t + i, (x0_i, x1_i) 9 and 18 words on, 2 Q_b from qv + i + 1 */
+          ".irp i, 1, 2, 3, 4, 5, 6, 7, 8\n\t"
           "sub r1, r1, #4 * (9 - \\i)\n\tsub r2, r2, #4 * (8 - \\i)\n\t"
           "ldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\tldr r3, [r2, #-4]\n\t"
           "ldr r10, [r1], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t" /* the diagonal */
@@ -1171,7 +1172,8 @@ static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey 
   for (m = 1; m < NR; ++m) t[UPDATE_U + m] = edgeosc_pack_bottoms(ua[m], ub[m]);
   t[UPDATE_KP] = 0x00010001;
   pairs_of8(a->k, b->k, edgeosc_pair(p->zp_k), t + UPDATE_KP + 1);
-  rr0 = edgeosc_pack16(a->sign * a->r[0], b->sign * b->r[0]), rr1 = edgeosc_pack16(a->sign * a->r[1], b->sign * b->r[1]);
+  rr0 = edgeosc_pack16(a->sign * a->r[0], b->sign * b->r[0]);
+  rr1 = edgeosc_pack16(a->sign * a->r[1], b->sign * b->r[1]);
   t[UPDATE_X0] = rr0, t[UPDATE_X1] = rr1;
 #pragma GCC unroll 8
   for (i = 1; i <= DH; ++i) { /* K r in int16: |K| <= 255, |r| <= 128 */
@@ -1197,10 +1199,12 @@ static void update_sums_d8(int32_t *state, const int32_t *t) {
 #pragma GCC unroll 9
       for (j = i; j <= DH; ++j, sc += 2) {
         const int32_t s0 = sc[0], s1 = sc[1];
-        sc[0] = __smlad(t[UPDATE_KP + j], t[UPDATE_X0 + i], s0), sc[1] = __smlad(t[UPDATE_KP + j], t[UPDATE_X1 + i], s1);
+        sc[0] = __smlad(t[UPDATE_KP + j], t[UPDATE_X0 + i], s0);
+        sc[1] = __smlad(t[UPDATE_KP + j], t[UPDATE_X1 + i], s1);
       }
 #pragma GCC unroll 9
-    for (d = 0; d <= DH; ++d) sr[d] = (int32_t)((uint32_t)sr[d] + ((uint32_t)__smuad(t[UPDATE_VV + d], t[UPDATE_U]) << 1));
+    for (d = 0; d <= DH; ++d)
+      sr[d] = (int32_t)((uint32_t)sr[d] + ((uint32_t)__smuad(t[UPDATE_VV + d], t[UPDATE_U]) << 1));
 #pragma GCC unroll 8
     for (m = 1; m < NR; ++m) {
       int32_t *row = sr + m * (DH + 1);
@@ -1210,6 +1214,7 @@ static void update_sums_d8(int32_t *state, const int32_t *t) {
   }
 #endif
 }
+
 /* A stream's step on the default head from its update table: the update then query q (out [DH]); in assembly the
  * coupling's update and the query's sums in one pass */
 static void step_d8(const EdgeoscLinearParams *p, int32_t *state, const int32_t *t, const int8_t *q, int8_t *out) {
