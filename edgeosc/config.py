@@ -19,6 +19,9 @@ NORMALIZE_MODES = ("none", "utterance", "active", "running")  # features.py: whi
 
 
 DATASETS = ("synth", "speech-commands", "fsdd")
+# model sizes, smallest first: each kind's presets (models/kws.py, models/dscnn.py); tiny to base span about 0.5x
+# to 3x the small model's MACs, medium is Hello Edge's DS-CNN-M and its transformer counterpart
+MODEL_SIZES = ("tiny", "small", "base", "medium")
 
 
 @dataclass(frozen=True)

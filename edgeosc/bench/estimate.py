@@ -500,7 +500,7 @@ int edgeosc_bench_conv(const int32_t *f, const int8_t *w, const int32_t *bias, c
   p.weights = w, p.bias = bias, p.rq.multiplier = mult, p.rq.shift = shift, p.rq.per_channel = 1, p.rq.dsp = dsp;
   p.packed = packed;
   if (f[18]) /* depthwise: weights [1, k_h, k_w, out_c] */
-    edgeosc_depthwise_conv_int8(&p, in, out);
+    edgeosc_depthwise_conv_int8(&p, in, out, scratch);
   else
     edgeosc_conv2d_int8(&p, in, out, scratch);
   return 0;
@@ -598,10 +598,12 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         macs = oh * ow * kh * kw * oc * (1 if depthwise else c)
         K = kh * kw * c
         fn, words = "edgeosc_bench_conv", wide_words(K) + 2 * oc + K  # EDGEOSC_CONV_SCRATCH_WORDS
+        if depthwise:  # EDGEOSC_DEPTHWISE_SCRATCH_WORDS
+            words = 8 * -(-oh // 2) * (ow + 2) + 2 * -(-oh // 2) * ow
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
     bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, n_bias).astype(np.int32), mult=np.array(mult, np.int32),
                 shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8), scratch=np.zeros(words, np.int32))
-    dsp = None if spec["op"] == "DEPTHWISE_CONV_2D" or spec.get("runtime_requant") else dsp_requant(mult, shift)
+    dsp = None if spec.get("runtime_requant") else dsp_requant(mult, shift)
     if dsp is not None:  # as generated firmware has them (spec "runtime_requant": prepared on each call instead)
         bufs["dsp"] = dsp
     packs = spec["op"] != "DEPTHWISE_CONV_2D" and w.shape[0] > 1  # as code generation packs them

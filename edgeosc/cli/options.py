@@ -20,14 +20,14 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..config import (ATTENTION_KINDS, DATASETS, FORMS, NORMALIZE_MODES, PHASE_MAPS, PHASE_READOUTS, POSITIVE_MAPS,
-                      QUANT_PRESETS, to_dict)
+from ..config import (ATTENTION_KINDS, DATASETS, FORMS, MODEL_SIZES, NORMALIZE_MODES, PHASE_MAPS, PHASE_READOUTS,
+                      POSITIVE_MAPS, QUANT_PRESETS, to_dict)
 from ..pipeline import PipelineConfig, load_config
 
 
 # values a field may take, where its dataclass names them (flags become click.Choice; --set values are checked)
 CHOICES = {"data.dataset": DATASETS, "data.task": ("12", "all", "digits"), "model.attention": ATTENTION_KINDS,
-           "model.size": ("small", "medium"), "model.positive": POSITIVE_MAPS, "model.form": FORMS,
+           "model.size": MODEL_SIZES, "model.positive": POSITIVE_MAPS, "model.form": FORMS,
            "model.anchors": ("projected", "tied"), "model.phase_map": PHASE_MAPS, "model.phase_readout": PHASE_READOUTS,
            "features.normalize": NORMALIZE_MODES, "train.device": ("auto", "cpu", "cuda"),
            "quant.preset": QUANT_PRESETS}

@@ -69,7 +69,12 @@ void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *o
 /* DEPTHWISE_CONV_2D on one NHWC image, the same parameters as CONV_2D with weights [1, k_h, k_w, out_c] and
  * out_c a multiple of in_c (output channel c reads input channel c / (out_c / in_c)), as TFLite's
  * reference kernel. */
-void edgeosc_depthwise_conv_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out);
+void edgeosc_depthwise_conv_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
+
+/* scratch: EDGEOSC_DEPTHWISE_SCRATCH_WORDS(out_h, out_w) int32 words for the DSP path of 3 x 3, stride 1 (four
+ * channels' padded int16 planes and their int8 outputs), or NULL for the other loops. */
+#define EDGEOSC_DEPTHWISE_SCRATCH_WORDS(out_h, out_w) \
+  (8 * (((out_h) + 1) >> 1) * ((out_w) + 2) + 2 * (((out_h) + 1) >> 1) * (out_w))
 
 /* AVERAGE_POOL_2D on one NHWC image: the mean of the window's taps inside the image, rounded half away
  * from zero, clamped; input and output share scale and zero point (TFLite requires it). */

@@ -238,13 +238,13 @@ def dsp_requant(multipliers, shifts) -> np.ndarray | None:
     return np.stack([(2 * m).astype(np.uint32).view(np.int32), (-s).astype(np.int32)], 1).ravel()
 
 
-def channel_rq(x: Tensor, w: Tensor, out: Tensor, label: str, conv: bool = False, dsp: bool = True) -> Struct:
-    """Multipliers of CONV_2D (always the per-channel formula) / FULLY_CONNECTED (per-tensor: float product); with
-    dsp (FULLY_CONNECTED, CONV_2D), the DSP path's constants too where they are exact."""
+def channel_rq(x: Tensor, w: Tensor, out: Tensor, label: str, conv: bool = False) -> Struct:
+    """Multipliers of CONV_2D / DEPTHWISE_CONV_2D (always the per-channel formula) / FULLY_CONNECTED (per-tensor:
+    float product), and the DSP path's constants where they are exact."""
     reals = [double_rq(x.s, float(s), out.s) for s in w.scale] if conv or len(w.scale) > 1 \
         else [product_rq(x.s, w.s, out.s)]
     mult, shift = (np.array([r[k] for r in reals], np.int32) for k in ("multiplier", "shift"))
-    fast = dsp_requant(mult, shift) if dsp else None
+    fast = dsp_requant(mult, shift)
     return Struct("EdgeoscChannelRequant", dict(
         multiplier=Array(mult, f"{label}_mult"), shift=Array(shift, f"{label}_shift"), per_channel=int(len(reals) > 1),
         dsp=None if fast is None else Array(fast, f"{label}_dsp")))
@@ -704,8 +704,8 @@ class Lowering:
                     stride_h=o.strideH, stride_w=o.strideW, pad_top=pads[0], pad_left=pads[1],
                     **(dict(dil_h=dil[0], dil_w=dil[1]) if dilation else {}))
 
-    def conv_params(self, op: Op, k_h: int, k_w: int, dsp: bool) -> tuple[Tensor, Tensor, Struct]:
-        """EdgeoscConvParams of CONV_2D / DEPTHWISE_CONV_2D (constant symmetric weights); dsp: channel_rq's."""
+    def conv_params(self, op: Op, k_h: int, k_w: int, pack: bool) -> tuple[Tensor, Tensor, Struct]:
+        """EdgeoscConvParams of CONV_2D / DEPTHWISE_CONV_2D (constant symmetric weights); pack: weight_fields'."""
         x, w, out = self.t(op.inputs[0]), self.t(op.inputs[1]), self.t(op.outputs[0])
         bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
         if w.data is None or np.any(w.zp) or len(w.shape) != 4:
@@ -718,14 +718,14 @@ class Lowering:
             geo.update(in_h=x.shape[1], in_w=x.shape[2], pad_top=top, pad_left=left)
         p = Struct("EdgeoscConvParams", dict(
             **geo, in_c=x.shape[3], out_c=out.shape[3], zp_in=x.z, zp_out=out.z,
-            act_min=lo, act_max=hi, **weight_fields(w, bias, x.z, out.name, self.g.tensors, pack=dsp,
+            act_min=lo, act_max=hi, **weight_fields(w, bias, x.z, out.name, self.g.tensors, pack=pack,
                                                     w16=out.shape[1] * out.shape[2] == 1),
-            rq=channel_rq(x, w, out, out.name, conv=True, dsp=dsp)))
+            rq=channel_rq(x, w, out, out.name, conv=True)))
         return x, out, p
 
     def op_conv_2d(self, op: Op):
         w = self.t(op.inputs[1])
-        x, out, p = self.conv_params(op, *w.shape[1:3], dsp=True)
+        x, out, p = self.conv_params(op, *w.shape[1:3], pack=True)
         if w.shape[0] != out.shape[3] or w.shape[3] != x.shape[3]:
             raise UnsupportedGraph(f"{out.name}: CONV_2D weights {w.shape} do not map {x.shape} to {out.shape}")
         K = w.shape[1] * w.shape[2] * w.shape[3]  # EDGEOSC_CONV_SCRATCH_WORDS: the fast paths' scratch
@@ -736,13 +736,16 @@ class Lowering:
         w, out = self.t(op.inputs[1]), self.t(op.outputs[0])
         if len(w.shape) != 4 or w.shape[0] != 1:
             raise UnsupportedGraph(f"{out.name}: DEPTHWISE_CONV_2D weights must be [1, kh, kw, out_c], got {w.shape}")
-        x, out, p = self.conv_params(op, *w.shape[1:3], dsp=False)
+        x, out, p = self.conv_params(op, *w.shape[1:3], pack=False)
         c_in, c_out = x.shape[3], out.shape[3]
         if w.shape[3] != c_out or c_out % c_in or op.options.depthMultiplier not in (0, c_out // c_in):
             raise UnsupportedGraph(f"{out.name}: DEPTHWISE_CONV_2D maps {c_in} channels to {c_out} with weights "
                                    f"{w.shape} and depth multiplier {op.options.depthMultiplier}: out_c must be the "
                                    "weights' last dim and a multiple of in_c")
-        return self.emit("edgeosc_depthwise_conv_int8", [p, Ref(x.index), Ref(out.index)], [op], out.name)
+        pairs, ow = -(-out.shape[1] // 2), out.shape[2]
+        words = 8 * pairs * (ow + 2) + 2 * pairs * ow  # EDGEOSC_DEPTHWISE_SCRATCH_WORDS
+        return self.emit("edgeosc_depthwise_conv_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op],
+                         out.name, scratch=4 * words)
 
     def op_average_pool_2d(self, op: Op):
         x, out, o = self.t(op.inputs[0]), self.t(op.outputs[0]), op.options
