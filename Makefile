@@ -111,7 +111,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# the tests not marked slow (no training runs, full exports, firmware builds or emulation): under a minute on 2 cores
+# the tests not marked slow (no training runs or whole-model exports; single kernels are built and emulated)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
