@@ -136,8 +136,8 @@ def data_info(settings, cache_dir):
 TRAIN_FLAGS = DATA_FLAGS + [
     ("--attention", "model.attention", "Model kind: an attention layer, or ds-cnn (MLPerf Tiny's KWS reference, no "
      "attention; its features default to MLPerf's 49 x 10 MFCC)"),
-    ("--size", "model.size", "tiny / small / base: about 0.5x / 1x / 3x the MACs, small ~23k parameters; "
-                                     "medium: ~170k"),
+    ("--size", "model.size", "tiny / small / base: about 0.5x / 1x / 3x the MACs (small: ~23k parameters); "
+     "medium: ~170k"),
     ("--d-osc", "model.d_osc", "Oscillator dimension"),
     ("--p", "model.p", "Readout sharpening power"),
     ("--positive", "model.positive", "Positive map of the coupling weights"),

@@ -15,11 +15,12 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from .attention import Hooked, KuramotoBlock, OscillatorAttention, SoftmaxAttention
 
-# name -> (d_model, heads, blocks); small <= 30k parameters, medium ~100-200k (tests check both)
-# name -> (d_model, heads, blocks); every size keeps d_head 8 (the kernels' unrolled head). tiny, small and base span
-# about 0.5x to 3x the small model's MACs: the accuracy-per-joule curve's axis (docs/results.md#accuracy-per-joule)
+# name -> (d_model, heads, blocks); small <= 30k parameters, medium ~100-200k (tests check both). tiny, small and base
+# span about 0.5x to 3x the small model's MACs at d_head 8 (the kernels' unrolled head): the accuracy-per-joule
+# curve's axis (docs/results.md#accuracy-per-joule)
 SIZES = {"tiny": (24, 3, 2), "small": (32, 4, 2), "base": (48, 6, 3), "medium": (80, 4, 3)}
-KURAMOTO_WIDTH = {"tiny": 22, "small": 30, "base": 46, "medium": 78}  # 22,774 / 168,261 parameters against softmax's 22,996 / 170,984
+# small / medium: 22,774 / 168,261 parameters against softmax's 22,996 / 170,984
+KURAMOTO_WIDTH = {"tiny": 22, "small": 30, "base": 46, "medium": 78}
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:
