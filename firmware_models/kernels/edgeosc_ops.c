@@ -733,8 +733,9 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
       int32_t sum = 0, t;
       Dw3Job job;
       for (t = 0; t < 9; ++t) sum += w[t * C];
-      for (t = 0; t < 3; ++t)
-        job.w[t] = edgeosc_pack16(w[t * C], w[(3 + t) * C]), job.w[3 + t] = edgeosc_pack16(w[(3 + t) * C], w[(6 + t) * C]);
+      for (t = 0; t < 3; ++t) /* W: kernel rows 0 and 1 of tap column t; V: rows 1 and 2 */
+        job.w[t] = edgeosc_pack16(w[t * C], w[(3 + t) * C]),
+        job.w[3 + t] = edgeosc_pack16(w[(3 + t) * C], w[(6 + t) * C]);
       job.slots = scratch + 2 * k, job.records = records + k, job.m2 = q[0], job.end = job.slots + 8 * p->out_w;
       job.bias = (p->bias ? p->bias[c + k] : 0) - p->zp_in * sum, job.rc = requant_c(q[1], p->zp_out);
       job.right = q[1], job.rows = J, job.row_bytes = 32 * W;
