@@ -101,7 +101,7 @@ def test_bad_settings_name_the_setting(tmp_path):
     assert_one_line_error(invoke("train", "--set", "bench.runs=3"), "bench", "data, features, model, train, quant")
     assert_one_line_error(invoke("train", "--set", "model.d_osc"), "SECTION.FIELD=VALUE")
     assert_one_line_error(invoke("train", "--set", "train.lr=fast"), "TrainConfig.lr must be float", "--set train.lr=fast")
-    assert_one_line_error(invoke("train", "--set", "model.size=huge"), "small, medium")
+    assert_one_line_error(invoke("train", "--set", "model.size=huge"), "tiny, small, base, medium")
     assert_one_line_error(invoke("train", "--key-gate", "--attention", "softmax"), "key_gate", "--key-gate")
     (tmp_path / "bad.toml").write_text("[model]\nd_os = 2\n")
     assert_one_line_error(invoke("train", "--config", tmp_path / "bad.toml"), "bad.toml", "d_os")
