@@ -555,7 +555,7 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     DSP requantization constants prepared on each call, not given as code generation writes them), "stride" and
     "dil" (CONV_2D and DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside and outside the image
     alike), "scales" (ADD / SUB: the scales of a, b and the output; random otherwise)."""
-    from ..export.c.ops import dsp_requant, pack_weights, wide_words
+    from ..export.c.ops import depthwise3x3_packs, dsp_requant, pack_depthwise3x3, pack_weights, wide_words
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     if spec["op"] == "L2_NORMALIZATION":  # "rows" x "depth", zero point "zp" (random otherwise)
@@ -607,7 +607,13 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     if dsp is not None:  # as generated firmware has them (spec "runtime_requant": prepared on each call instead)
         bufs["dsp"] = dsp
     packs = spec["op"] != "DEPTHWISE_CONV_2D" and w.shape[0] > 1  # as code generation packs them
-    if packs:
+    if spec["op"] == "DEPTHWISE_CONV_2D":
+        geo = dict(zip(("in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w", "stride_h", "stride_w",
+                        "dil_h", "dil_w", "pad_top", "pad_left"), (int(v) for v in f[:14])))
+        packs = depthwise3x3_packs(geo, c, oc, lo, hi, dsp)
+        if packs:
+            bufs["packed"] = pack_depthwise3x3(w, bufs["bias"], int(f[14]))
+    elif packs:
         zp_in = int(f[3] if fn == "edgeosc_bench_fc" else f[14])
         one_row = n_out == channels if fn == "edgeosc_bench_conv" else spec["rows"] == 1  # unpacked (edgeosc_ops.h)
         bufs["packed"] = pack_weights(w.reshape(w.shape[0], -1), bufs["bias"], zp_in, w16=one_row)

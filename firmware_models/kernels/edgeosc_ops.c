@@ -617,6 +617,8 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
  *     the padding, and drops it);
  *  3. each record's two words copied to the NHWC output. */
 #define DW3_PAIRS(out_h) (((out_h) + 1) >> 1)
+/* the last row pair the planes read per group: J, or J - 1 where row pair J (the last slots' B) is all padding */
+#define DW3_LAST(p, J) ((p)->pad_top + (p)->in_h > 2 * (J) ? (J) : (J) - 1)
 
 typedef struct { /* dw3_rows's job; its field order is the assembly's */
   const int32_t *slots; /* channel k's slot of row pair 0, padded column 0 */
@@ -625,13 +627,6 @@ typedef struct { /* dw3_rows's job; its field order is the assembly's */
   const int32_t *end;   /* past the first row's last slot */
   int32_t bias, rc, right, rows, row_bytes; /* bias - zp_in sum w; requant_c; right; row pairs; 32 (out_w + 2) */
 } Dw3Job;
-
-static int depthwise3x3_applies(const EdgeoscConvParams *p) {
-  return p->out_c == p->in_c && (p->in_c & 3) == 0 && p->k_h == 3 && p->k_w == 3 && p->stride_h == 1 &&
-         p->stride_w == 1 && p->dil_h == 1 && p->dil_w == 1 && p->rq.dsp && p->act_min == -128 &&
-         p->act_max == 127 && p->pad_top + p->in_h <= 2 * DW3_PAIRS(p->out_h) + 2 &&
-         p->pad_left + p->in_w <= p->out_w + 2;
-}
 
 #if EDGEOSC_ASM
 /* one channel's rows (Dw3Job); 14 registers: slot, record, 2M, six weights, A, B, two sums, the row's end */
@@ -712,7 +707,7 @@ static void depthwise3x3_planes(const EdgeoscConvParams *p, const int8_t *in, in
         a[4] = b[4] = edgeosc_pack_tops(e0, e1), a[6] = b[6] = edgeosc_pack_tops(o0, o1);
       }
     }
-    for (; j <= J; ++j) dw3_row_pair(p, x, j, s + 8 * W * j, W, J);
+    for (; j <= DW3_LAST(p, J); ++j) dw3_row_pair(p, x, j, s + 8 * W * j, W, J);
   }
 }
 
@@ -725,29 +720,26 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
     for (x = 0; x < W; ++x)
       if (x < p->pad_left || x >= p->pad_left + p->in_w)
         for (k = 0; k < 8; ++k) scratch[8 * (j * W + x) + k] = zp2;
+  if (DW3_LAST(p, J) < J) /* the last slots' B past the image: zp_in too */
+    for (x = 8 * (J - 1) * W + 1; x < 8 * J * W; x += 2) scratch[x] = zp2;
   for (c = 0; c < C; c += 4) {
     depthwise3x3_planes(p, in, c, scratch);
     for (k = 0; k < 4; ++k) {
-      const int8_t *const w = p->weights + c + k;
+      const int32_t *const pk = (const int32_t *)(const void *)p->packed + 7 * (c + k);
       const int32_t *const q = p->rq.dsp + (p->rq.per_channel ? 2 * (c + k) : 0);
-      int32_t sum = 0, t;
       Dw3Job job;
-      for (t = 0; t < 9; ++t) sum += w[t * C];
-      for (t = 0; t < 3; ++t) /* W: kernel rows 0 and 1 of tap column t; V: rows 1 and 2 */
-        job.w[t] = edgeosc_pack16(w[t * C], w[(3 + t) * C]),
-        job.w[3 + t] = edgeosc_pack16(w[(3 + t) * C], w[(6 + t) * C]);
+      job.w[0] = pk[0], job.w[1] = pk[1], job.w[2] = pk[2], job.w[3] = pk[3], job.w[4] = pk[4], job.w[5] = pk[5];
       job.slots = scratch + 2 * k, job.records = records + k, job.m2 = q[0], job.end = job.slots + 8 * p->out_w;
-      job.bias = (p->bias ? p->bias[c + k] : 0) - p->zp_in * sum, job.rc = requant_c(q[1], p->zp_out);
-      job.right = q[1], job.rows = J, job.row_bytes = 32 * W;
+      job.bias = pk[6], job.rc = requant_c(q[1], p->zp_out), job.right = q[1], job.rows = J, job.row_bytes = 32 * W;
       dw3_rows(&job);
     }
-    for (j = 0; 2 * j < p->out_h; ++j) { /* step 3 */
-      const int32_t *r = (const int32_t *)(const void *)(records + 8 * j * p->out_w);
-      int8_t *o = out + c + 2 * j * row;
-      for (x = 0; x < p->out_w; ++x, r += 2, o += C) {
-        *(edgeosc_unaligned_i32 *)(void *)o = r[0];
-        if (2 * j + 1 < p->out_h) *(edgeosc_unaligned_i32 *)(void *)(o + row) = r[1];
-      }
+    { /* step 3: row 2j's word of each record, then row 2j + 1's (but past the last row) */
+      const int32_t *r = (const int32_t *)(const void *)records, *const end = r + 2 * (p->out_h >> 1) * p->out_w;
+      int8_t *o = out + c;
+      for (j = 0; r != end; ++j, o += row)
+        for (x = 0; x < p->out_w; ++x, r += 2, o += C)
+          *(edgeosc_unaligned_i32 *)(void *)o = r[0], *(edgeosc_unaligned_i32 *)(void *)(o + row) = r[1];
+      for (x = 0; x < (p->out_h & 1) * p->out_w; ++x, r += 2, o += C) *(edgeosc_unaligned_i32 *)(void *)o = r[0];
     }
   }
 }
@@ -787,7 +779,7 @@ void edgeosc_depthwise_conv_int8(const EdgeoscConvParams *p, const int8_t *in, i
   const int32_t multiplier = p->out_c / p->in_c;
   int32_t oy, ox, oc, ky, kx;
 #if EDGEOSC_DSP
-  if (scratch && depthwise3x3_applies(p)) {
+  if (scratch && p->packed) { /* code generation packed it for the planes (export/c/ops.py depthwise3x3_packs) */
     depthwise3x3_dsp(p, in, out, scratch);
     return;
   }

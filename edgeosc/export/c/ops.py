@@ -284,6 +284,31 @@ def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int, w16: bool =
     return np.concatenate([biases, words], 1).ravel()
 
 
+def pack_depthwise3x3(w: np.ndarray, bias: np.ndarray | None, zp_in: int) -> np.ndarray:
+    """The packed weights of a 3 x 3 DEPTHWISE_CONV_2D for EDGEOSC_PACKED builds (edgeosc_ops.h), from int8 weights
+    [1, 3, 3, C] and their int32 bias (or None), as bytes: per channel seven int32 words, the int16 pairs
+    W_kx = (w[0][kx], w[1][kx]) for kx = 0, 1, 2, then V_kx = (w[1][kx], w[2][kx]), then the bias less zp_in times the
+    channel's weight sum (the planes hold inputs with the zero point in)."""
+    w = np.asarray(w, np.int64).reshape(3, 3, -1)
+    pair = lambda lo, hi: (lo & 0xFFFF) | ((hi & 0xFFFF) << 16)  # noqa: E731
+    folded = (0 if bias is None else np.asarray(bias, np.int64)) - zp_in * w.sum((0, 1))
+    if np.any(np.abs(folded) >= 1 << 31):
+        raise UnsupportedGraph(f"a bias with the input zero point folded in passes int32 ({folded.min()}..{folded.max()})")
+    words = [pair(w[0, kx], w[1, kx]) for kx in range(3)] + [pair(w[1, kx], w[2, kx]) for kx in range(3)]
+    words = np.stack(words + [folded & 0xFFFFFFFF], 1).astype("<u4")
+    return words.view(np.int8).ravel()
+
+
+def depthwise3x3_packs(geo: dict, c_in: int, c_out: int, lo: int, hi: int, dsp) -> bool:
+    """Whether the DSP build runs a DEPTHWISE_CONV_2D on its 3 x 3 planes (edgeosc_ops.c, depthwise3x3_dsp): stride 1,
+    no dilation, one output per input channel, channels 4k, int8's whole output range (a ReLU output with zero point
+    -128 has it), every channel's requantization on the DSP constants (dsp: dsp_requant's), the padding within one
+    row and column."""
+    return (geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"], geo["dil_h"], geo["dil_w"]) == (3, 3, 1, 1, 1, 1) \
+        and c_in == c_out and c_in % 4 == 0 and (lo, hi) == (-128, 127) and dsp is not None \
+        and geo["pad_top"] + geo["in_h"] <= 2 * -(-geo["out_h"] // 2) + 2 and geo["pad_left"] + geo["in_w"] <= geo["out_w"] + 2
+
+
 def weight_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors, pack: bool = True,
                   w16: bool = False) -> dict:
     """The weights and bias fields of a FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D parameter struct, and with pack
@@ -742,6 +767,11 @@ class Lowering:
             raise UnsupportedGraph(f"{out.name}: DEPTHWISE_CONV_2D maps {c_in} channels to {c_out} with weights "
                                    f"{w.shape} and depth multiplier {op.options.depthMultiplier}: out_c must be the "
                                    "weights' last dim and a multiple of in_c")
+        f = p.fields
+        if depthwise3x3_packs(f, c_in, c_out, f["act_min"], f["act_max"], f["rq"].fields["dsp"]):  # the DSP planes
+            bias = None if f["bias"] is None else self.g.tensors[f["bias"].tensor].data
+            f.update(weights=Only(f["weights"], False), bias=Only(f["bias"], False),
+                     packed=Only(Array(pack_depthwise3x3(w.data, bias, x.z), f"{out.name}_packed"), True))
         pairs, ow = -(-out.shape[1] // 2), out.shape[2]
         words = 8 * pairs * (ow + 2) + 2 * pairs * ow  # EDGEOSC_DEPTHWISE_SCRATCH_WORDS
         return self.emit("edgeosc_depthwise_conv_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op],
