@@ -105,10 +105,10 @@ def test_kernels_build_unoptimised_and_optimised_with_hard_float(level, tmp_path
 
 
 def test_dscnn_depthwise_is_faster_on_the_dsp_path(tmp_path):
-    # its 3 x 3 stride-1 planes: 3.73 cycles/MAC measured (13.0 on the earlier per-tap SMLABB loop)
+    # its 3 x 3 stride-1 planes: 3.50 cycles/MAC measured (13.0 on the earlier per-tap SMLABB loop)
     shape = dict(op="DEPTHWISE_CONV_2D", name="ds-cnn depthwise", in_h=25, in_w=5, in_c=64, k_h=3, k_w=3, out_c=64)
     (row,) = E.kernel_cycles("cortex-m4", shapes=[shape], work_dir=tmp_path)
-    assert row["speedup"] > 10 and row["cycles_per_mac"] < 4.0 and row["macs"] == 25 * 5 * 64 * 9
+    assert row["speedup"] > 10 and row["cycles_per_mac"] < 3.6 and row["macs"] == 25 * 5 * 64 * 9
 
 
 def test_default_kernels_are_faster_on_the_dsp_path(tmp_path):
