@@ -300,7 +300,7 @@ def pack_depthwise3x3(w: np.ndarray, bias: np.ndarray | None, zp_in: int) -> np.
 
 
 def depthwise3x3_packs(geo: dict, c_in: int, c_out: int, lo: int, hi: int, dsp) -> bool:
-    """Whether the DSP build runs a DEPTHWISE_CONV_2D on its 3 x 3 planes (edgeosc_ops.c, depthwise3x3_dsp): stride 1,
+    """Whether the DSP build runs a DEPTHWISE_CONV_2D on its 3 x 3 planes (dsp/edgeosc_depthwise_dsp.c): stride 1,
     no dilation, one output per input channel, channels 4k, int8's whole output range (a ReLU output with zero point
     -128 has it), every channel's requantization on the DSP constants (dsp: dsp_requant's), the padding within one
     row and column."""
