@@ -44,6 +44,15 @@ def compiler() -> str:
 
 
 @lru_cache(maxsize=None)
+def compiler_target(cmd: tuple) -> str:
+    """What the compiler builds for (`-dumpmachine`, e.g. x86_64-linux-gnu): part of each build's identity, since two
+    compilers can print the same --version line (a host's gcc and an emulated aarch64 userland's); "" where the
+    compiler has no such flag (its target is then in the flags)."""
+    done = subprocess.run([*cmd, "-dumpmachine"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+@lru_cache(maxsize=None)
 def compiler_version(cmd: tuple) -> str:
     """First line of a compiler's --version: part of each build's identity, and of reports."""
     done = subprocess.run([*cmd, "--version"], capture_output=True, text=True)
@@ -53,7 +62,7 @@ def compiler_version(cmd: tuple) -> str:
 
 def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequence[str] = (), include_dirs=(),
           libs=(), cache: str | Path | None = None) -> Path:
-    """Compile sources into <cache>/<hash>/<name>, keyed by the compiler (and its version), the flags and the
+    """Compile sources into <cache>/<hash>/<name>, keyed by the compiler (its version and target), the flags and the
     sources' and headers' contents; a later call with the same inputs returns the file without building. Each
     source compiles to an object of its own, shared by every build (_object): only the changed sources compile.
 
@@ -63,9 +72,10 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     sources = [Path(s) for s in sources]
     include_dirs = [KERNELS, *map(Path, include_dirs)]
     cmd = list(cc or [compiler()])
-    base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), *flags]).encode())
-    # the headers of -I flags' folders too: bench.estimate.build passes a generated firmware's folder so
-    searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I"))]
+    base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), compiler_target(tuple(cmd)), *flags]).encode())
+    # the headers of -I flags' folders too (bench.estimate.build passes a generated firmware's folder so), and those
+    # beside each source (a variant's private header, kernels/dsp/edgeosc_dsp.h)
+    searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I")), *(p.parent for p in sources)]
     for p in sorted({p for d in searched for p in d.glob("*.h")}):
         base.update(p.name.encode() + b"\0" + p.read_bytes())
     h = base.copy()

@@ -393,6 +393,9 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
     steps.run("requirements", [*pip, "--no-deps", "--target", extra, CUSTOM_OP_RUNTIME])
     env = dict(os.environ, PYTHONPATH=str(site), PYTHON=str(py), PYTHONDONTWRITEBYTECODE="1")
     env.pop("VIRTUAL_ENV", None)
+    # every step's builds in a cache of the check's own: QEMU's user mode finds host paths where the userland has no
+    # file, so a shared ~/.cache/edgeosc would hand the emulated python the host's x86-64 libraries
+    env["EDGEOSC_CACHE"] = str(work / "cache")
 
     echo("[bench] run_bench.sh " + " ".join(BENCH_ARGS) + " (PYTHON = the emulated python)")
     steps.run("bench", ["sh", copy / "run_bench.sh", *BENCH_ARGS], cwd=copy, env=env)
@@ -412,7 +415,7 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
     heard = steps.run("listen", [py, "-m", "edgeosc", "listen", models[0], "--wav", wav], cwd=copy, env=env)
 
     echo("[custom-op] EdgeOscAttention built by the userland's gcc (cc1, as, ld under QEMU), registered")
-    env_op = dict(env, PYTHONPATH=f"{site}:{extra}", CC=str(gcc), EDGEOSC_CACHE=str(work / "cache"))
+    env_op = dict(env, PYTHONPATH=f"{site}:{extra}", CC=str(gcc))
     op = steps.run("custom-op", [py, "-m", "edgeosc.pi_check", "build-op"], cwd=copy, env=env_op).stdout.strip()
     echo(f"[custom-op] {op.splitlines()[-1] if op else ''}")
 
