@@ -85,7 +85,12 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
         train_cfg = from_dict(TrainConfig, _legacy_train(raw["train_config"]))
         ckpt = Checkpoint(model, model_cfg, from_dict(FeatureConfig, raw["feature_config"]),
                           from_dict(DataConfig, raw["data_config"]), train_cfg, tuple(raw["classes"]), raw, quant_cfg)
-        ckpt.model.load_state_dict(raw["model"])
+        missing, unexpected = ckpt.model.load_state_dict(raw["model"], strict=False)
+        if quant_cfg is not None:  # a QAT checkpoint from before the linear core's direct twin: still loads
+            from .quant import twin_state_keys
+            missing = sorted(set(missing) - twin_state_keys(ckpt.model))
+        if missing or unexpected:
+            raise RuntimeError(f"\nmissing {', '.join(missing[:3])}; unexpected {', '.join(unexpected[:3])}")
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         detail = " ".join(line.strip() for line in str(e).splitlines()[1:] or [str(e)])
         raise CheckpointError(f"{path}: checkpoint does not match its model config ({detail[:200]})")

@@ -24,6 +24,7 @@ DS-CNN: batch norms folded into the convolutions, a point after each ReLU (_quan
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
@@ -93,6 +94,13 @@ assert tuple(PRESETS) == QUANT_PRESETS
 # >= 0 by construction: positive map, shifted cosines and their sum, reciprocal, readout, the key gate and the
 # shifted power it weighs; the ReLU output
 NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden", "g", "pow"}
+# A whole-clip linear core's direct twin: the direct form computes the same function (attention.py; taylor2), as a
+# chain of builtin int8 ops (export/tflite: int8.tflite, which every interpreter and NPU compiler takes), so the linear
+# model carries the direct core's own points too: calibrated with the others (calibrate), never trained, unused by
+# the linear forward and its integer kernel (int8_custom.tflite, the C firmware).
+TWIN_POINTS = tuple(n for n in QUANT_POINTS["oscillator"] if n not in LINEAR_POINTS)
+TWIN_GATE_POINTS = tuple(n for n in GATE_POINTS if n not in LINEAR_GATE_POINTS)
+
 FIXED = {"oscillator": {"r": UnitVector, "wn": UnitVector, "z": UnitVector, "gn": UnitVector, "cn": UnitVector},
          "softmax": {"a": Probability}}
 INPUT_LAYERS = {"to_phase"}  # Kuramoto: the layer reading the features (QATModel.input_quant's output)
@@ -147,6 +155,8 @@ class QATModel(nn.Module):
         self.input_quant = qnn.QuantIdentity(preset.act, return_quant_tensor=True)  # carries its scale to the stem
         self.net = net
         self.output_quant = qnn.QuantIdentity(preset.act)  # int8 logits: parity is measured in their LSBs
+        # 1 once calibrate() has set the direct twin's points (linear-form models; twin_points)
+        self.register_buffer("twin_calibrated", torch.zeros((), dtype=torch.uint8))
 
     def forward(self, feats: Tensor, per_frame: bool = False) -> Tensor:  # [B,T,C] -> [B,classes]
         if per_frame:  # a streaming network's every frame (KWSTransformer.forward)
@@ -235,9 +245,10 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
                              f"integer linear core), not d_osc {attn.d_osc}, p {attn.p}")
         anchor, gate = getattr(attn, "anchor", None), getattr(attn, "gate", None)
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
-        names = ((LINEAR_POINTS if linear else QUANT_POINTS[kind])
+        twin = linear and not attn.window  # its direct twin's points too: the int8 graph of builtin ops
+        names = ((LINEAR_POINTS + TWIN_POINTS if twin else LINEAR_POINTS if linear else QUANT_POINTS[kind])
                  + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or anchor is not None)
-                 + ((STREAM_GATE_POINTS if attn.window else LINEAR_GATE_POINTS if linear else GATE_POINTS)
+                 + ((STREAM_GATE_POINTS if attn.window else GATE_POINTS if twin or not linear else LINEAR_GATE_POINTS)
                     if gate is not None else ()))
         attn.quant = QuantPoints(names, preset, FIXED[kind])
         for name in _norm1_readers(attn):
@@ -304,13 +315,50 @@ def float_model(model: QATModel) -> nn.Module:
     return net.eval()
 
 
+def _twins(model: nn.Module) -> list[nn.Module]:
+    """The whole-clip linear-form oscillator layers of a QAT model: those with a direct twin (TWIN_POINTS)."""
+    return [m for m in model.modules() if getattr(m, "form", None) == "linear" and not m.window
+            and isinstance(getattr(m, "quant", None), QuantPoints) and TWIN_POINTS[0] in m.quant.points]
+
+
+def twin_points(model: nn.Module) -> list[nn.Module]:
+    """The quantizers of the direct twins' own points (TWIN_POINTS, TWIN_GATE_POINTS), in model order."""
+    return [attn.quant.points[n] for attn in _twins(model) for n in TWIN_POINTS + TWIN_GATE_POINTS
+            if n in attn.quant.points]
+
+
+def twin_state_keys(model: nn.Module) -> set[str]:
+    """The state-dict keys of the direct twins' points and their flag: what a checkpoint written before the twins
+    may lack (its model then exports no int8.tflite)."""
+    ids = {id(q) for q in twin_points(model)}
+    owners = [name for name, m in model.named_modules() if id(m) in ids]
+    return {k for k in model.state_dict() if k == "twin_calibrated" or any(k.startswith(o + ".") for o in owners)}
+
+
+@contextlib.contextmanager
+def direct_form(model: nn.Module):
+    """The model's whole-clip linear-form oscillator layers compute the direct form (the same function) meanwhile."""
+    twins = _twins(model)
+    for attn in twins:
+        attn.form = "direct"
+    try:
+        yield model
+    finally:
+        for attn in twins:
+            attn.form = "linear"
+
+
 @torch.no_grad()
 def calibrate(model: QATModel, batches, n_batches: int) -> int:
-    """Set activation scales from statistics of n_batches (features, labels); returns the clips seen."""
+    """Set activation scales from statistics of n_batches (features, labels); returns the clips seen. A linear-form
+    model runs its direct form meanwhile, which reaches its twin's points too: in calibration the points pass float
+    values, and both forms compute the same floats (attention.py), so every other point sees what it would."""
     model.eval()  # dropout off: the statistics of inference-time activations
     seen = 0
-    with calibration_mode(model):
+    with direct_form(model), calibration_mode(model):
         for _, (feats, _labels) in zip(range(n_batches), batches):
             model(feats)
             seen += len(feats)
+    if twin_points(model):
+        model.twin_calibrated.fill_(1)
     return seen

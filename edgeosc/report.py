@@ -252,7 +252,9 @@ def markdown(r: dict) -> str:
             worst = max(p["float_tflite_max_abs"].values())
             lines.append(f"\n{k}: float.tflite vs float torch, max |logit difference| {worst:.2e} over interpreters"
                          + (f"; int8_custom.tflite (EdgeOscAttention kernel) vs int8.tflite: max "
-                            f"{p['custom_vs_int8_max_lsb']:.0f} LSB" if "custom_vs_int8_max_lsb" in p else "") + ".")
+                            f"{p['custom_vs_int8']['max_lsb']:.0f} LSB, mean {p['custom_vs_int8']['mean_lsb']:.2f}, "
+                            f"same class on {_pct(p['custom_vs_int8']['top1'])}% of clips"
+                            if "custom_vs_int8" in p else "") + ".")
     if r["bench"]:
         s = r["bench"]["system"]
         lines += ["", f"## Latency, batch 1 (measured on this machine: {s['cpu']}, {s['cores']} cores, "

@@ -77,11 +77,11 @@ def parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     ds = _dataset(cfg, cache_dir)
     feats = next(Batches(ds, "test", FeatureExtractor(ckpt.feature_cfg), torch.device("cpu"))(200))[0].numpy()
     tfl = run_dir / f"export-{kind}" / "tflite"
-    int8 = int8_file(tfl)  # a linear-form model has only int8_custom.tflite (tflite-runtime, its kernel registered)
+    int8 = int8_file(tfl)  # int8.tflite (a linear core's: its direct twin), or int8_custom.tflite where it is alone
     res = dict(float_tflite_max_abs=float_parity(float_model(ckpt.model), tfl / "float.tflite", feats[:32]),
                int8_file=int8.name, int8_tflite=int8_parity(ckpt.model, int8, feats))
     if int8.name == "int8.tflite" and (tfl / "int8_custom.tflite").is_file():
-        res["custom_vs_int8_max_lsb"] = custom_parity(int8, tfl / "int8_custom.tflite", feats)
+        res["custom_vs_int8"] = custom_parity(int8, tfl / "int8_custom.tflite", feats)
     res["int8_tflite_accuracy"] = {
         name: evaluate_tflite(int8, ds, ckpt.feature_cfg, ckpt.classes, "test", name)["accuracy"]
         for name in res["int8_tflite"]["interpreters"] if "no XNNPACK" not in name}
@@ -117,11 +117,13 @@ def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     from .features import FeatureExtractor
     from .checkpoint import load_checkpoint
     from .evaluate import Batches
-    from .export.tflite import int8_file
+    from .export.tflite import int8_file, linear_form
     ckpt = load_checkpoint(run_dir / f"qat-{kind}" / "best.pt")
     feats = next(Batches(_dataset(cfg, cache_dir), "test", FeatureExtractor(ckpt.feature_cfg),
                          torch.device("cpu"))(1))[0].numpy()
-    tflite = int8_file(run_dir / f"export-{kind}" / "tflite")
+    tfl = run_dir / f"export-{kind}" / "tflite"
+    # the firmware's own file: a linear core's is int8_custom.tflite (its int8.tflite, the direct twin, rounds apart)
+    tflite = tfl / "int8_custom.tflite" if linear_form(ckpt.model) else int8_file(tfl)
     # TFLite Micro cannot run the EdgeOscAttention op (a linear model's int8_custom.tflite): the firmware's
     # logits are then checked against its host build, its linear core against the reference (tests)
     micro = runtime.load(tflite, "tflite-micro") if tflite.name == "int8.tflite" else None

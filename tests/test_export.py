@@ -145,13 +145,14 @@ def test_latency_benchmark_runs_both_kinds(runs):
 
 def test_linear_model_exports_with_its_integer_core(tmp_path):
     """A linear-form model: float ONNX and float TFLite trace the same function; QAT quantizes the linear core's own
-    points; its int8 file is int8_custom.tflite (the linear op; no builtin graph), close to QAT in tflite-runtime."""
+    points and its direct twin's; int8_custom.tflite (the linear op) is close to QAT in tflite-runtime, and
+    int8.tflite (the direct twin, builtin ops only) runs in every interpreter, picking int8_custom's class."""
     from edgeosc import runtime
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.config import FeatureConfig, ModelConfig, QuantConfig
-    from edgeosc.models.attention import LINEAR_GATE_POINTS, LINEAR_POINTS
+    from edgeosc.models.attention import GATE_POINTS, LINEAR_POINTS
     from edgeosc.models.kws import build_model
-    from edgeosc.quant import calibrate, float_model, quantize_model
+    from edgeosc.quant import TWIN_POINTS, calibrate, float_model, quantize_model
     from edgeosc.runtime import custom_op
 
     torch.manual_seed(0)
@@ -170,9 +171,11 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
         assert np.abs(runtime.load(tfl, "ai-edge-litert").run(x.numpy()) - want).max() < 1e-4
         qat = quantize_model(model, QuantConfig())
         attn = qat.net.blocks[0].attn
-        assert attn.form == "linear" and set(attn.quant.points) == {*LINEAR_POINTS, *LINEAR_GATE_POINTS, "r_raw", "proj"}
+        assert attn.form == "linear" and set(attn.quant.points) == {*LINEAR_POINTS, *TWIN_POINTS, *GATE_POINTS, "r_raw",
+                                                                     "proj"}
         assert np.abs(float_model(qat)(x).numpy() - want).max() < 1e-5
         calibrate(qat, [(x[:16], None), (x[16:], None)], 2)
+        assert int(qat.twin_calibrated) == 1 and attn.form == "linear"
         ref = qat.eval()(x).numpy()
         qckpt = Checkpoint.of(qat, FeatureConfig(), ["a", "b", "c"])
         out = export(qckpt, ExportConfig(), tmp_path / "int8", "tflite")
@@ -182,7 +185,10 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
             # float32 sums in another order can flip a rounding at a point (here 1 logit of 96, by 2 LSB)
             dev = np.abs(OnnxRunner(qonnx / name, optimize=False)(x.numpy()) - ref)
             assert (dev <= 1e-5).mean() >= 0.95 and dev.max() <= 2 * lsb * 1.001, name
-    assert sorted(p.name for p in out.glob("*.tflite")) == ["float.tflite", "int8_custom.tflite"]
+    assert sorted(p.name for p in out.glob("*.tflite")) == ["float.tflite", "int8.tflite", "int8_custom.tflite"]
+    from edgeosc.runtime.tflite_file import check_tflite
+    info = check_tflite(out / "int8.tflite")
+    assert not info["custom_ops"] and "BATCH_MATMUL" in info["opcodes"], info["opcodes"]
     from edgeosc.bench.estimate import count_macs
     from edgeosc.integer.reference import linear_state_words
     macs = count_macs(out / "int8_custom.tflite")  # the linear core's MACs: per state word, a key's and a query's
@@ -190,6 +196,9 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
     pytest.importorskip("tflite_runtime.interpreter")
     got = runtime.load(out / "int8_custom.tflite", "tflite-runtime", custom_ops=[custom_op.register]).run(x.numpy())
     assert np.abs(got - ref).max() <= 4 * lsb and (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.95
+    for name in ("ai-edge-litert", "tflite-runtime", "tflite-micro"):  # no op to register
+        twin = runtime.load(out / "int8.tflite", name).run(x.numpy())
+        assert (twin.argmax(-1) == got.argmax(-1)).mean() >= 0.9, name
     for bad in (dict(d_osc=3), dict(p=5)):  # the integer linear core's range, refused by name before any export
         with pytest.raises(ValueError, match="needs d_osc 2 and p in 1..4"):
             quantize_model(build_model(ModelConfig(n_classes=3, positive="taylor2", form="linear", **{"d_osc": 2, **bad})),

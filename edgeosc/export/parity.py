@@ -56,10 +56,13 @@ def int8_parity(qat: torch.nn.Module, path: str | Path, feats: np.ndarray) -> di
     return dict(clips=len(feats), lsb=lsb, interpreters=report, between=pairs)
 
 
-def custom_parity(builtin: str | Path, custom: str | Path, feats: np.ndarray) -> float:
-    """Max deviation in output LSBs of int8_custom.tflite (registered kernel) from int8.tflite, in tflite-runtime."""
+def custom_parity(builtin: str | Path, custom: str | Path, feats: np.ndarray) -> dict:
+    """int8_custom.tflite (registered kernel) against int8.tflite in tflite-runtime: max and mean deviation in output
+    LSBs, and top1, the share of clips where both pick the same class."""
     from ..runtime import custom_op
     a = runtime.load(builtin, "tflite-runtime")
     b = runtime.load(custom, "tflite-runtime", custom_ops=[custom_op.register])
     x = a.inputs[0].quantize(feats)
-    return float(np.abs(a.run_raw(x).astype(np.int32) - b.run_raw(x).astype(np.int32)).max())
+    ya, yb = a.run_raw(x).astype(np.int32), b.run_raw(x).astype(np.int32)
+    d = np.abs(ya - yb)
+    return dict(max_lsb=float(d.max()), mean_lsb=float(d.mean()), top1=float((ya.argmax(-1) == yb.argmax(-1)).mean()))

@@ -13,10 +13,12 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                                            L2_NORMALIZATION of the rows before their sum
                          sums over keys    FULLY_CONNECTED with unit weights (one exact int32 sum)
                          softmax baseline  SOFTMAX
+                       A linear-form oscillator's int8.tflite is its direct twin: the direct core computes the
+                       same function over T x T, through the twin's own points, calibrated with QAT (quant.py).
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
-                       (export/edgeosc_attention_tflite.md); oscillator networks only. A linear-form model
-                       (its core sums over keys in int32/int64, which no builtin int8 op holds) gets only this
-                       int8 file, its op with option form "linear".
+                       (export/edgeosc_attention_tflite.md); oscillator networks only. A linear-form model's op
+                       (option form "linear") is its integer linear core, sums over keys in int32/int64 as the
+                       C firmware runs it; the firmware is generated from this file.
 A streaming network (ModelConfig.window > 0) gets stream_int8.tflite (one frame, its state as extra inputs and
 outputs) and window_int8.tflite (a recording, every frame's logits) instead: stream.py.
 Every int8 tensor is one of the QAT model's quantization points (quant.py), so the files compute what
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +42,7 @@ from ...io import atomic_path
 from ...models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, \
     reciprocal, shifted_power
 from ...models.kws import KWSKuramoto, KWSTransformer
+from ...quant import direct_form
 from ...runtime.custom_op import OP_NAME
 from ...runtime.tflite_file import check_tflite
 from .builder import TFLiteBuilder
@@ -346,7 +350,8 @@ def _networks(model: nn.Module) -> tuple[nn.Module, object]:
 
 
 def int8_file(folder: str | Path) -> Path:
-    """The int8 model of a TFLite export folder: int8.tflite, or a linear-form model's int8_custom.tflite."""
+    """The int8 model of a TFLite export folder: int8.tflite, or int8_custom.tflite where there is no other (a
+    linear-form model's checkpoint from before its direct twin)."""
     folder = Path(folder)
     builtin = folder / "int8.tflite"
     return builtin if builtin.is_file() or not (folder / "int8_custom.tflite").is_file() else folder / "int8_custom.tflite"
@@ -411,8 +416,14 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
         if qat is None:
             return out_dir
         qat.eval()
-        if not linear_form(qat):  # a linear core has no builtin int8 graph: only int8_custom.tflite holds it
+        if not linear_form(qat):
             _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
+        elif qat.twin_calibrated:  # a linear core's builtin graph: its direct twin (quant.py TWIN_POINTS)
+            with direct_form(qat):
+                _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
+        else:
+            warnings.warn(f"{out_dir}: no int8.tflite: the checkpoint predates the linear core's direct twin (its "
+                          "points are calibrated with QAT: rerun edgeosc train --qat); int8_custom.tflite holds it")
         if any(isinstance(m, OscillatorAttention) for m in qat.modules()):
             _save(Graph(qat.net, qat, custom_core=True).build(), out_dir / "int8_custom.tflite")
     return out_dir
