@@ -9,16 +9,17 @@ from pathlib import Path
 from .cbuild import ROOT
 from .io import atomic_path
 
-# numpy and one TFLite interpreter; click for the command line, flatbuffers for the model check, scipy for
-# `edgeosc listen --wav` (edgeosc.data.audio reads and resamples WAVs with it; found by the emulated check, pi_check)
-REQUIREMENTS = """numpy>=1.24,<2
+# numpy and one TFLite interpreter, ai-edge-litert, which runs every kind's int8.tflite (builtin ops only); click for
+# the command line, flatbuffers for the model check, scipy for `edgeosc listen --wav` (edgeosc.data.audio reads and
+# resamples WAVs with it; found by the emulated check, pi_check). numpy 1.x has no wheels for Python 3.13.
+REQUIREMENTS = """numpy>=1.24,<2; python_version < "3.12"
+numpy>=1.26; python_version >= "3.12"
 click>=8.1
 flatbuffers>=24.3
 scipy>=1.10
 ai-edge-litert>=2.0
-# runs int8_custom.tflite (the EdgeOscAttention kernel, built here with cc); no wheels past Python 3.11
-tflite-runtime>=2.14; python_version < "3.12"
-# optional: smbus2 (INA219/INA260 power monitor on I2C), sounddevice (edgeosc listen --mic)
+# optional: tflite-runtime (Python <= 3.11) runs int8_custom.tflite, the oscillator's EdgeOscAttention op (its kernel
+# built here with cc); smbus2 (INA219/INA260 power monitor on I2C); sounddevice (edgeosc listen --mic)
 """
 MODEL_FILES = ("int8.tflite", "int8_custom.tflite", "float.tflite", "manifest.json")
 # the C sources of the EdgeOscAttention kernel (tflite-runtime builds it on first use with cc)
@@ -53,8 +54,10 @@ Energy is the integral of power over the timed runs minus the idle power measure
 
     python -m edgeosc listen models/oscillator/int8.tflite --wav some.wav   # or --mic (pip install sounddevice)
 
-int8_custom.tflite holds each oscillator core as one EdgeOscAttention op; tflite-runtime runs it, its kernel
-compiled on first use from `export/tflite_op` and `firmware_models/kernels` with the board's `cc` (no torch).
+Every kind's int8.tflite has builtin ops only: ai-edge-litert runs it. The oscillator's int8_custom.tflite holds each
+of its cores as one EdgeOscAttention op, the fast path: with tflite-runtime installed (`pip install tflite-runtime`,
+Python <= 3.11) run_bench.sh times it too, its kernel compiled on first use from `export/tflite_op` and
+`firmware_models/kernels` with the board's `cc` (no torch).
 """
 
 
@@ -78,8 +81,9 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
         shutil.copytree(ROOT / rel, out / rel, ignore=shutil.ignore_patterns("*.o", "*.so", "build"))
     (out / "requirements.txt").write_text(REQUIREMENTS)
     (out / "README.md").write_text(_readme(kinds))
-    models = " ".join(f"models/{k}/{f}" for k in kinds for f in ("int8.tflite", "int8_custom.tflite")
-                      if (out / "models" / k / f).is_file())  # the custom op's file: the fast path a user runs
+    models = " ".join(f"models/{k}/int8.tflite" for k in kinds if (out / "models" / k / "int8.tflite").is_file())
+    custom = " ".join(f"models/{k}/int8_custom.tflite" for k in kinds
+                      if (out / "models" / k / "int8_custom.tflite").is_file())  # the op's fast path, tflite-runtime's
     script = out / "run_bench.sh"
     script.write_text(f"""#!/bin/sh
 # Latency (and, with --power/--power-log, energy) of the int8 models on this board -> results/
@@ -87,7 +91,10 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
 set -e
 cd "$(dirname "$0")"
 mkdir -p results
-"${{PYTHON:-python}}" -m edgeosc bench models {models} --runs 500 --json "results/bench-$(hostname).json" "$@"
+PY="${{PYTHON:-python}}"
+CUSTOM=""
+if "$PY" -c "import tflite_runtime" 2>/dev/null; then CUSTOM="{custom}"; fi  # the EdgeOscAttention op's files
+"$PY" -m edgeosc bench models {models} $CUSTOM --runs 500 --json "results/bench-$(hostname).json" "$@"
 """)
     script.chmod(0o755)
     (out / "results").mkdir()

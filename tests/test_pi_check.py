@@ -176,5 +176,5 @@ def test_the_bundle_bench_takes_a_python_override(tmp_path):
     from pathlib import Path
 
     from edgeosc import deploy
-    assert '"${{PYTHON:-python}}" -m edgeosc bench models' in Path(deploy.__file__).read_text() and text
+    assert 'PY="${{PYTHON:-python}}"' in Path(deploy.__file__).read_text() and text
     assert "scipy" in deploy.REQUIREMENTS  # listen --wav reads WAVs with scipy: found by the emulated check
