@@ -95,7 +95,7 @@ assert tuple(PRESETS) == QUANT_PRESETS
 # shifted power it weighs; the ReLU output
 NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden", "g", "pow"}
 # A whole-clip linear core's direct twin: the direct form computes the same function (attention.py; taylor2), as a
-# chain of builtin int8 ops (export/tflite: int8.tflite, which every interpreter and NPU compiler takes), so the linear
+# chain of builtin int8 ops (export/tflite: int8.tflite, which every interpreter loads), so the linear
 # model carries the direct core's own points too: calibrated with the others (calibrate), never trained, unused by
 # the linear forward and its integer kernel (int8_custom.tflite, the C firmware).
 TWIN_POINTS = tuple(n for n in QUANT_POINTS["oscillator"] if n not in LINEAR_POINTS)

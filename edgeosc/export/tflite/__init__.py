@@ -359,7 +359,8 @@ def int8_file(folder: str | Path) -> Path:
 
 def firmware_int8(qat: nn.Module) -> tuple[str, bytes]:
     """The int8 file a QAT model's C firmware is generated from, (name, flatbuffer): int8.tflite, a linear-form
-    model's int8_custom.tflite (its core has no builtin graph), or a streaming network's stream_int8.tflite."""
+    model's int8_custom.tflite (its exact integer core; its int8.tflite is the direct twin), or a streaming
+    network's stream_int8.tflite."""
     from ...models.dscnn import DSCNN
     if isinstance(qat.net, DSCNN):
         from . import dscnn
@@ -372,7 +373,8 @@ def firmware_int8(qat: nn.Module) -> tuple[str, bytes]:
 
 
 def linear_form(model: nn.Module) -> bool:
-    """Whether a model has linear-form oscillator layers (no builtin-op int8 graph; docs/maths.md#integer-linear-core)."""
+    """Whether a model has linear-form oscillator layers (an integer core of sums over keys, which only the
+    EdgeOscAttention op and the C firmware run exactly; docs/maths.md#integer-linear-core)."""
     return any(isinstance(m, OscillatorAttention) and m.form == "linear" for m in model.modules())
 
 
