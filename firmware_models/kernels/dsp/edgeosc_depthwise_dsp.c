@@ -31,10 +31,11 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
     }
   }
 }
+
 /* Depthwise 3 x 3, stride 1, one output per input channel, on the DSP requantization constants (rq.dsp), when the
  * output range is int8's whole (a ReLU's output zero point -128 gives it). Four channels at a time:
- *  1. planes: the input as int16, padded with zp_in (the zero point folds into the bias, and the padding adds
- *     nothing: TFLite's skipped taps), in slots per pair of output rows j, padded column px and channel k, each two
+ *  1. planes: the input as int16, padded with zp_in (the zero point is folded into the packed bias, and the
+ *     padding adds nothing: TFLite's skipped taps), in slots per pair of output rows j, padded column px and channel k, each two
  *     words: A = rows (2j, 2j + 1), B = rows (2j + 2, 2j + 3) (a row pair is stored twice, as a slot's A and the
  *     slot above's B, so that a slot is one LDRD);
  *  2. per channel, output rows 2j and 2j + 1 of column ox from the slots of columns ox .. ox + 2, with the weights
