@@ -82,6 +82,9 @@ def parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
                int8_file=int8.name, int8_tflite=int8_parity(ckpt.model, int8, feats))
     if int8.name == "int8.tflite" and (tfl / "int8_custom.tflite").is_file():
         res["custom_vs_int8"] = custom_parity(int8, tfl / "int8_custom.tflite", feats)
+        # the op file's own accuracy: for a linear core the exact integer core, the one its firmware runs
+        res["int8_custom_accuracy"] = evaluate_tflite(tfl / "int8_custom.tflite", ds, ckpt.feature_cfg, ckpt.classes,
+                                                      "test", "tflite-runtime")["accuracy"]
     res["int8_tflite_accuracy"] = {
         name: evaluate_tflite(int8, ds, ckpt.feature_cfg, ckpt.classes, "test", name)["accuracy"]
         for name in res["int8_tflite"]["interpreters"] if "no XNNPACK" not in name}

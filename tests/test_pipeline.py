@@ -71,6 +71,7 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
     parity = json.loads((whole / "parity-oscillator" / "parity.json").read_text())
     assert parity["int8_file"] == "int8.tflite" and len(parity["int8_tflite_accuracy"]) == 3
     assert 0 <= parity["custom_vs_int8"]["top1"] <= 1 and parity["custom_vs_int8"]["max_lsb"] >= 0
+    assert 0 <= parity["int8_custom_accuracy"] <= 1 and "int8_custom.tflite (each oscillator core" in text
     whole_train = stage(whole, "train-oscillator")
 
     lines = []
