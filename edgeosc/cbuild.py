@@ -73,10 +73,10 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     include_dirs = [KERNELS, *map(Path, include_dirs)]
     cmd = list(cc or [compiler()])
     base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), compiler_target(tuple(cmd)), *flags]).encode())
-    # the headers of -I flags' folders too (bench.estimate.build passes a generated firmware's folder so), and those
-    # beside each source (a variant's private header, kernels/dsp/edgeosc_dsp.h)
+    # the headers of -I flags' folders too (bench.estimate.build passes a generated firmware's folder so), those beside
+    # each source, and the files of their subfolders (kernels/dsp/*.c compile inside edgeosc_ops.c)
     searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I")), *(p.parent for p in sources)]
-    for p in sorted({p for d in searched for p in d.glob("*.h")}):
+    for p in sorted({p for d in searched for p in (*d.glob("*.h"), *d.glob("*/*.[ch]"))}):
         base.update(p.name.encode() + b"\0" + p.read_bytes())
     h = base.copy()
     h.update("\0".join(libs).encode())

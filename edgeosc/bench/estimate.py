@@ -50,10 +50,7 @@ MACS_COUNTED = ("multiply-accumulates of CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNE
                 "row sum and the mean pool's one-valued FULLY_CONNECTED; not counted: elementwise MUL/ADD/SUB, "
                 "L2 normalisation, softmax, table lookups, requantization")
 
-# the attention cores need only the first and third; the builtin ops' variants follow (edgeosc_ops_fast.h)
-KERNEL_SOURCES = [KERNELS / f for f in ("edgeosc_fixedpoint.c", "edgeosc_ops.c", "edgeosc_attention.c",
-                                        "dsp/edgeosc_matrix_dsp.c", "dsp/edgeosc_depthwise_dsp.c",
-                                        "dsp/edgeosc_elementwise_dsp.c", "neon/edgeosc_ops_neon.c")]
+KERNEL_SOURCES = [KERNELS / f for f in ("edgeosc_fixedpoint.c", "edgeosc_ops.c", "edgeosc_attention.c")]
 INCLUDES = [KERNELS, HARNESS, FRONTEND]
 
 # One inference through the harness; memcpy/memset because compilers may emit calls to them

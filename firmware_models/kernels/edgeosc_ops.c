@@ -4,6 +4,13 @@
 #include "edgeosc_attention.h"
 #include "edgeosc_ops_fast.h"
 
+/* The optimised variants, a file each, compiled in this unit (as CMSIS-DSP's grouping files do) so that the
+ * dispatch's calls to them inline: a stream's hop makes dozens of small calls */
+#include "dsp/edgeosc_matrix_dsp.c"
+#include "dsp/edgeosc_depthwise_dsp.c"
+#include "dsp/edgeosc_elementwise_dsp.c"
+#include "neon/edgeosc_ops_neon.c"
+
 void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int32_t oy, ox, oc, ky, kx, ic;
 #if EDGEOSC_DSP

@@ -6,22 +6,22 @@
  *   dsp/edgeosc_depthwise_dsp.c    DEPTHWISE_CONV_2D: 3 x 3 on row-pair planes, the others tap by tap
  *   dsp/edgeosc_elementwise_dsp.c  ADD / SUB, a sum pool's requantization, TRANSPOSE's contiguous runs
  *   neon/edgeosc_ops_neon.c        FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D on AArch64
- * Each returns 1 where it computed the op and 0 where the reference loops must. A build compiles them all; those not
- * for its core are empty (edgeosc_simd.h says which path a build takes). */
+ * Each returns 1 where it computed the op and 0 where the reference loops must. edgeosc_ops.c compiles them in its own
+ * unit (their entry points are static); those not for a build's core are empty (edgeosc_simd.h says which it takes). */
 #ifndef EDGEOSC_OPS_FAST_H_
 #define EDGEOSC_OPS_FAST_H_
 
 #include "edgeosc_ops.h"
 #include "edgeosc_simd.h"
 
-static inline int32_t clamp(int32_t y, int32_t lo, int32_t hi) { return y < lo ? lo : y > hi ? hi : y; }
+static int32_t clamp(int32_t y, int32_t lo, int32_t hi) { return y < lo ? lo : y > hi ? hi : y; }
 
-static inline int32_t channel_mbqm(const EdgeoscChannelRequant *rq, int32_t c, int32_t acc) {
+static int32_t channel_mbqm(const EdgeoscChannelRequant *rq, int32_t c, int32_t acc) {
   const int32_t i = rq->per_channel ? c : 0;
   return edgeosc_mbqm(acc, rq->multiplier[i], rq->shift[i]);
 }
 
-static inline int8_t channel_out(const EdgeoscChannelRequant *rq, int32_t c, int32_t acc, int32_t zp_out, int32_t lo,
+static int8_t channel_out(const EdgeoscChannelRequant *rq, int32_t c, int32_t acc, int32_t zp_out, int32_t lo,
                                  int32_t hi) {
   return (int8_t)clamp(channel_mbqm(rq, c, acc) + zp_out, lo, hi);
 }
@@ -57,7 +57,7 @@ __attribute__((noinline, unused)) static const int8_t *conv_patch(const EdgeoscC
 
 /* The taps of output pixel (oy, ox) inside the image, listed once for every channel group: their input and
  * weight offsets (channels last in both); returns how many. */
-static inline int32_t depthwise_taps(const EdgeoscConvParams *p, int32_t oy, int32_t ox, int32_t *x_off,
+static int32_t depthwise_taps(const EdgeoscConvParams *p, int32_t oy, int32_t ox, int32_t *x_off,
                                      int32_t *w_off) {
   int32_t ky, kx, taps = 0;
   for (ky = 0; ky < p->k_h; ++ky) {
@@ -73,20 +73,20 @@ static inline int32_t depthwise_taps(const EdgeoscConvParams *p, int32_t oy, int
 #endif
 
 #if EDGEOSC_DSP
-int edgeosc_fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
-int edgeosc_fc_group_dsp(int32_t n, const EdgeoscFcParams *const *p, const int8_t *in, int8_t *const *out,
+static int edgeosc_fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
+static int edgeosc_fc_group_dsp(int32_t n, const EdgeoscFcParams *const *p, const int8_t *in, int8_t *const *out,
                          int32_t *scratch);
-int edgeosc_conv2d_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
-int edgeosc_depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
-int edgeosc_add_dsp(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out);
-int edgeosc_sum_pool_sums_dsp(const EdgeoscPoolParams *p, const int32_t *sums, int8_t *out);
-int edgeosc_transpose_dsp(const EdgeoscTransposeParams *p, const int8_t *in, int8_t *out);
+static int edgeosc_conv2d_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
+static int edgeosc_depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
+static int edgeosc_add_dsp(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out);
+static int edgeosc_sum_pool_sums_dsp(const EdgeoscPoolParams *p, const int32_t *sums, int8_t *out);
+static int edgeosc_transpose_dsp(const EdgeoscTransposeParams *p, const int8_t *in, int8_t *out);
 #endif
 
 #if EDGEOSC_NEON
-int edgeosc_fc_neon(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
-int edgeosc_conv2d_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
-int edgeosc_depthwise_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out);
+static int edgeosc_fc_neon(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
+static int edgeosc_conv2d_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
+static int edgeosc_depthwise_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out);
 #endif
 
 #endif /* EDGEOSC_OPS_FAST_H_ */

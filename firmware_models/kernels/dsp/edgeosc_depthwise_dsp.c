@@ -1,4 +1,5 @@
-/* DEPTHWISE_CONV_2D on the DSP path: the same integers as the reference loops of edgeosc_ops.c, bit for bit. */
+/* DEPTHWISE_CONV_2D on the DSP path: the same integers as the reference loops of edgeosc_ops.c, bit for bit.
+ * Compiled inside edgeosc_ops.c (it includes this file), not alone. */
 #include "edgeosc_dsp.h"
 
 #if EDGEOSC_DSP
@@ -35,9 +36,9 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
 /* Depthwise 3 x 3, stride 1, one output per input channel, on the DSP requantization constants (rq.dsp), when the
  * output range is int8's whole (a ReLU's output zero point -128 gives it). Four channels at a time:
  *  1. planes: the input as int16, padded with zp_in (the zero point is folded into the packed bias, and the
- *     padding adds nothing: TFLite's skipped taps), in slots per pair of output rows j, padded column px and channel k, each two
- *     words: A = rows (2j, 2j + 1), B = rows (2j + 2, 2j + 3) (a row pair is stored twice, as a slot's A and the
- *     slot above's B, so that a slot is one LDRD);
+ *     padding adds nothing: TFLite's skipped taps), in slots per pair of output rows j, padded column px and
+ *     channel k, each two words: A = rows (2j, 2j + 1), B = rows (2j + 2, 2j + 3) (a row pair is stored twice, as
+ *     a slot's A and the slot above's B, so that a slot is one LDRD);
  *  2. per channel, output rows 2j and 2j + 1 of column ox from the slots of columns ox .. ox + 2, with the weights
  *     as pairs W = (w[0][kx], w[1][kx]) and V = (w[1][kx], w[2][kx]): row 2j takes SMLAD(A, W) + SMLABT(B, V), row
  *     2j + 1 SMLATB(A, W) + SMLAD(B, V), four instructions for six MACs per tap column; both requantized into an
@@ -174,7 +175,7 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
   }
 }
 
-int edgeosc_depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
+static int edgeosc_depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   if (scratch && p->packed) { /* code generation packed it for the planes (export/c/ops.py depthwise3x3_packs) */
     depthwise3x3_dsp(p, in, out, scratch);
     return 1;

@@ -1,5 +1,6 @@
 /* ADD / SUB, a sum pool's requantization and TRANSPOSE's contiguous runs on the DSP path: the same integers as the
- * reference loops of edgeosc_ops.c, bit for bit. */
+ * reference loops of edgeosc_ops.c, bit for bit.
+ * Compiled inside edgeosc_ops.c (it includes this file), not alone. */
 #include "edgeosc_dsp.h"
 
 #if EDGEOSC_DSP
@@ -63,7 +64,7 @@ __attribute__((noinline)) static void add_row(const AddScaled *q, const int8_t *
 /* ADD / SUB on the DSP path, row by row of the broadcast shape; 0 (nothing written) where its premises
  * fail: left shift 20, one input at multiplier 1/2 and the other below, inner strides 1, or 0 and 1, no cap below
  * 127, output constants edgeosc_dsp_requant takes. */
-int edgeosc_add_dsp(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out) {
+static int edgeosc_add_dsp(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b, int8_t *out) {
   const EdgeoscBroadcast *s = &p->shape;
   const int32_t n = s->dims[3], sa = s->stride_a[3], sb = s->stride_b[3];
   const int32_t half_a = p->rq_a.multiplier == 1 << 30 && p->rq_a.shift == 0;
@@ -92,7 +93,7 @@ int edgeosc_add_dsp(const EdgeoscAddParams *p, const int8_t *a, const int8_t *b,
 }
 
 /* a sum pool from its running sums (edgeosc_sum_pool_sums_int8) on edgeosc_dsp_requant's constants */
-int edgeosc_sum_pool_sums_dsp(const EdgeoscPoolParams *p, const int32_t *sums, int8_t *out) {
+static int edgeosc_sum_pool_sums_dsp(const EdgeoscPoolParams *p, const int32_t *sums, int8_t *out) {
   const int32_t base = p->rows * p->zp_in;
   EdgeoscDspRequant q;
   int32_t c;
@@ -104,7 +105,7 @@ int edgeosc_sum_pool_sums_dsp(const EdgeoscPoolParams *p, const int32_t *sums, i
 
 /* TRANSPOSE whose innermost output dim is contiguous in the input (the heads' split and merge move rows of d_head
  * values): a word at a time */
-int edgeosc_transpose_dsp(const EdgeoscTransposeParams *p, const int8_t *in, int8_t *out) {
+static int edgeosc_transpose_dsp(const EdgeoscTransposeParams *p, const int8_t *in, int8_t *out) {
   const int32_t *s = p->in_strides, n3 = p->out_dims[3];
   int32_t d0, d1, d2, d3;
   if (s[3] != 1) return 0;

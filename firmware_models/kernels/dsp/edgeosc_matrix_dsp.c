@@ -1,5 +1,6 @@
 /* FULLY_CONNECTED and CONV_2D on the DSP path (Armv7E-M / Armv8-M with the DSP extension): the same integers as the
- * reference loops of edgeosc_ops.c, bit for bit. */
+ * reference loops of edgeosc_ops.c, bit for bit.
+ * Compiled inside edgeosc_ops.c (it includes this file), not alone. */
 #include "edgeosc_dsp.h"
 
 #if EDGEOSC_DSP
@@ -365,7 +366,7 @@ static Output fc_output(const EdgeoscFcParams *p, int32_t *wide) {
 }
 
 /* scratch: the widened rows (EDGEOSC_WIDE_WORDS), then prepare_requant's constants */
-int edgeosc_fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
+static int edgeosc_fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t D = p->depth, U = p->units;
   Output o;
   int32_t r;
@@ -403,7 +404,7 @@ int edgeosc_fc_dsp(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int3
 }
 
 /* scratch: the widened rows, the four receptive fields (K bytes each), prepare_requant's constants */
-int edgeosc_conv2d_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
+static int edgeosc_conv2d_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *wide) {
   const int32_t K = p->k_h * p->k_w * p->in_c, C = p->out_c;
   int8_t *const fields = (int8_t *)(wide + EDGEOSC_WIDE_WORDS(K));
   const int32_t *k;
@@ -423,7 +424,7 @@ int edgeosc_conv2d_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out
 
 /* sibling one-row layers that read the same row (edgeosc_fc_group_int8): the row widened once, each layer's cost then
  * its product's and requantization's */
-int edgeosc_fc_group_dsp(int32_t n, const EdgeoscFcParams *const *p, const int8_t *in, int8_t *const *out,
+static int edgeosc_fc_group_dsp(int32_t n, const EdgeoscFcParams *const *p, const int8_t *in, int8_t *const *out,
                          int32_t *scratch) {
   int32_t i, one_row = scratch != 0;
   for (i = 0; i < n; ++i) one_row &= p[i]->rows == 1 && p[i]->packed != 0 && p[i]->depth == p[0]->depth;

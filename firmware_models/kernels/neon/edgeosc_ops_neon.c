@@ -1,5 +1,5 @@
 /* FULLY_CONNECTED, CONV_2D and DEPTHWISE_CONV_2D on AArch64's Advanced SIMD: the same integers as the reference
- * loops of edgeosc_ops.c, bit for bit. */
+ * loops of edgeosc_ops.c, bit for bit. Compiled inside edgeosc_ops.c (it includes this file), not alone. */
 #include "edgeosc_ops_fast.h"
 
 #if EDGEOSC_NEON
@@ -30,7 +30,7 @@ static void row_times_weights_neon(const int16_t *x, const int8_t *weights, cons
   }
 }
 
-int edgeosc_fc_neon(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
+static int edgeosc_fc_neon(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   int16_t *const x = (int16_t *)(void *)scratch;
   int32_t r;
   if (!scratch) return 0;
@@ -42,7 +42,7 @@ int edgeosc_fc_neon(const EdgeoscFcParams *p, const int8_t *in, int8_t *out, int
   return 1;
 }
 
-int edgeosc_conv2d_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
+static int edgeosc_conv2d_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   const int32_t K = p->k_h * p->k_w * p->in_c, pixels = p->out_h * p->out_w;
   int16_t *const x = (int16_t *)(void *)scratch;
   int8_t *const patch = (int8_t *)(scratch + EDGEOSC_WIDE_WORDS(K));
@@ -58,7 +58,7 @@ int edgeosc_conv2d_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *ou
 
 /* Depthwise on AArch64: eight channels a vector, each tap's inputs (minus zp) and weights widened to int16,
  * SMLAL into two int32x4 accumulators. */
-int edgeosc_depthwise_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
+static int edgeosc_depthwise_neon(const EdgeoscConvParams *p, const int8_t *in, int8_t *out) {
   const int32_t C = p->out_c;
   const int16x8_t z = vdupq_n_s16((int16_t)p->zp_in);
   int32_t x_off[DEPTHWISE_MAX_TAPS], w_off[DEPTHWISE_MAX_TAPS];
