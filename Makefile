@@ -115,7 +115,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
-# The Raspberry Pi bundle of RUN proven on Raspberry Pi OS's Debian (bookworm, arm64) under user-mode QEMU: pip install,
+# The Raspberry Pi bundle of RUN proven on Raspberry Pi OS's Debian (bookworm and trixie, arm64) under user-mode QEMU: pip install,
 # run_bench.sh, listen, the custom op built by its gcc, int8 outputs vs x86 (edgeosc/pi_check.py). Functional, not a
 # measurement; minutes (the userland is built once under $$EDGEOSC_CACHE or ~/.cache/edgeosc); not part of `make test`.
 .PHONY: pi-check
@@ -124,7 +124,7 @@ pi-check: | $(STAMP)
 	@need="$(call absent,debootstrap:debootstrap qemu-aarch64-static:qemu-user-static)"; \
 	if [ -n "$$need" ] && [ "$(SYSTEM)" != 0 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo installing $$need; apt-get update -qq && $(APT) $$need >/dev/null; fi
-	$(VENV)/bin/edgeosc deploy --target rpi $(RUN) --check
+	$(VENV)/bin/edgeosc deploy --target rpi $(RUN) --check --suite bookworm --suite trixie
 
 apt-sources:  # print what `make setup` would write to $(NONFREE_SOURCES) if apt lacked MBROLA or Pico; writes nothing
 	@$(NONFREE_STANZAS)

@@ -37,7 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-SUITE, PYTHON = "bookworm", "python3.11"
+# Raspberry Pi OS's Debian releases and their Python: bookworm (Raspberry Pi OS 12), trixie (13)
+SUITES = {"bookworm": "python3.11", "trixie": "python3.13"}
+SUITE, PYTHON = "bookworm", SUITES["bookworm"]
 PACKAGES = ("python3", "python3-venv", "python3-pip", "gcc", "libc6-dev")
 LABEL = "emulated ARM64 (QEMU), functional check, not a measurement"
 # the custom op registers with tflite-runtime's op resolver (the bundle's requirements name it for Python < 3.12)
@@ -122,6 +124,12 @@ def debian_mirrors(files, codename: str = SUITE) -> list[str]:
     return uris
 
 
+def suite_mirrors(files, suite: str) -> list[str]:
+    """The mirrors for a suite's userland: this machine's entries of that suite, else (a host of another release)
+    the first mirror of its entries of the other suites: one Debian archive holds every release."""
+    return debian_mirrors(files, suite) or [u for other in SUITES for u in debian_mirrors(files, other)][:1]
+
+
 def apt_source_files() -> list[Path]:
     d = Path("/etc/apt/sources.list.d")
     return [Path("/etc/apt/sources.list"), *sorted(d.glob("*.list")), *sorted(d.glob("*.sources"))]
@@ -141,13 +149,13 @@ def rootfs_dir(cache=None, suite: str = SUITE) -> Path:
 def rootfs(cache=None, suite: str = SUITE, echo=print) -> Path:
     """The arm64 userland, built once (debootstrap, then every downloaded .deb unpacked) aside and renamed
     into place; later calls return it at once."""
-    root = rootfs_dir(cache, suite)
-    if (root / "usr" / "bin" / PYTHON).is_file():
+    root, python = rootfs_dir(cache, suite), SUITES[suite]
+    if (root / "usr" / "bin" / python).is_file():
         return root
     missing = [t for t in ("debootstrap", QEMU, "dpkg-deb") if not shutil.which(t)]
     if missing:
         raise CheckFailed("userland", f"{', '.join(missing)} not found: apt-get install debootstrap qemu-user-static")
-    mirrors = os.environ.get("EDGEOSC_DEBIAN_MIRROR", "").split() or debian_mirrors(apt_source_files(), suite)
+    mirrors = os.environ.get("EDGEOSC_DEBIAN_MIRROR", "").split() or suite_mirrors(apt_source_files(), suite)
     if not mirrors:
         raise CheckFailed("userland", f"no Debian {suite} entry in this machine's apt sources "
                                       "(set EDGEOSC_DEBIAN_MIRROR to a Debian mirror URI)")
@@ -160,8 +168,8 @@ def rootfs(cache=None, suite: str = SUITE, echo=print) -> Path:
             raise CheckFailed("userland", "debootstrap failed: " + _last_line(res.stdout + res.stderr))
         for deb in sorted((tmp / "var" / "cache" / "apt" / "archives").glob("*.deb")):
             subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], check=True, capture_output=True)
-        if not (tmp / "usr" / "bin" / PYTHON).is_file():
-            raise CheckFailed("userland", f"no /usr/bin/{PYTHON} in the unpacked userland")
+        if not (tmp / "usr" / "bin" / python).is_file():
+            raise CheckFailed("userland", f"no /usr/bin/{python} in the unpacked userland")
         write_fake_cpu(tmp)
         os.replace(tmp, root)
     except BaseException:
@@ -184,10 +192,10 @@ def qemu_cmd(root: Path, exe: str, *args: str) -> list[str]:
     return [QEMU, "-cpu", CPU, "-L", str(root), str(root) + exe, *args]
 
 
-def python_wrapper(root: Path, bind: bool) -> str:
-    """A host sh script that runs the userland's python3.11 under QEMU; with bind, in a private mount
-    namespace with the board's cpuinfo and cpu folder mounted over the host's."""
-    run = " ".join(shlex.quote(a) for a in qemu_cmd(root, f"/usr/bin/{PYTHON}")) + ' "$@"'
+def python_wrapper(root: Path, bind: bool, python: str = PYTHON) -> str:
+    """A host sh script that runs the userland's python (python3.11 on bookworm) under QEMU; with bind, in a private
+    mount namespace with the board's cpuinfo and cpu folder mounted over the host's."""
+    run = " ".join(shlex.quote(a) for a in qemu_cmd(root, f"/usr/bin/{python}")) + ' "$@"'
     if not bind:
         return f"#!/bin/sh\nexec {run}\n"
     cpu, cpus = shlex.quote(str(root / "proc" / "cpuinfo")), shlex.quote(str(root / "sys/devices/system/cpu"))
@@ -365,14 +373,18 @@ class _Steps:
         return res
 
 
-def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_LSB) -> dict:
-    """Run every step on a copy of the bundle; returns (and writes to WORK/pi-check.json) the summary."""
+def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_LSB, suite: str = SUITE) -> dict:
+    """Run every step on a copy of the bundle in the userland of Debian `suite`; returns (and writes to
+    WORK/pi-check.json) the summary. Where tflite-runtime has no wheels for the suite's Python (3.12 on), the
+    custom op's step is skipped, named, and the outputs are compared in the interpreters both sides ran."""
     t0 = time.monotonic()
     bundle = Path(bundle).resolve()
     if not bundle.is_dir():
         raise CheckFailed("files", f"no bundle folder {bundle}")
     check_files(bundle)
-    work = Path(work or bundle.with_name(bundle.name + "-pi-check")).resolve()
+    work = Path(work or bundle.with_name(bundle.name + "-pi-check" + ("" if suite == SUITE else f"-{suite}"))).resolve()
+    python = SUITES[suite]
+    custom = python in ("python3.9", "python3.10", "python3.11")  # tflite-runtime 2.14's wheels
     shutil.rmtree(work, ignore_errors=True)
     copy = work / "bundle"
     shutil.copytree(bundle, copy, ignore=shutil.ignore_patterns("results", "__pycache__"))
@@ -380,10 +392,10 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
     steps = _Steps(echo)
 
     t = time.monotonic()
-    root = rootfs(cache, echo=echo)
+    root = rootfs(cache, suite, echo=echo)
     steps.times["userland"] = round(time.monotonic() - t, 1)
     bind = os.geteuid() == 0 and shutil.which("unshare") is not None
-    py = _script(work / "python-aarch64", python_wrapper(root, bind))
+    py = _script(work / "python-aarch64", python_wrapper(root, bind, python))
     gcc = _script(work / "gcc-aarch64", gcc_wrapper(root, _script(work / "exec-aarch64", exec_wrapper(root))))
     userland = steps.run("userland", [py, "-c", "import platform; print(platform.platform())"]).stdout.strip()
     echo(f"[userland] {userland}")
@@ -393,8 +405,9 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
            "--only-binary=:all:"]
     echo("[requirements] pip install -r requirements.txt (the userland's pip, aarch64 wheels)")
     steps.run("requirements", [*pip, "--target", site, "-r", copy / "requirements.txt"])
-    echo(f"[requirements] + {CUSTOM_OP_RUNTIME} for the custom op (not in the bundle's requirements)")
-    steps.run("requirements", [*pip, "--no-deps", "--target", extra, CUSTOM_OP_RUNTIME])
+    if custom:
+        echo(f"[requirements] + {CUSTOM_OP_RUNTIME} for the custom op (not in the bundle's requirements)")
+        steps.run("requirements", [*pip, "--no-deps", "--target", extra, CUSTOM_OP_RUNTIME])
     env = dict(os.environ, PYTHONPATH=str(site), PYTHON=str(py), PYTHONDONTWRITEBYTECODE="1")
     env.pop("VIRTUAL_ENV", None)
     # every step's builds in a cache of the check's own: QEMU's user mode finds host paths where the userland has no
@@ -418,27 +431,31 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
     echo(f"[listen] python -m edgeosc listen {models[0]} --wav clip.wav")
     heard = steps.run("listen", [py, "-m", "edgeosc", "listen", models[0], "--wav", wav], cwd=copy, env=env)
 
-    echo("[custom-op] EdgeOscAttention built by the userland's gcc (cc1, as, ld under QEMU), registered")
-    env_op = dict(env, PYTHONPATH=f"{site}:{extra}", CC=str(gcc))
-    op = steps.run("custom-op", [py, "-m", "edgeosc.pi_check", "build-op"], cwd=copy, env=env_op).stdout.strip()
-    echo(f"[custom-op] {op.splitlines()[-1] if op else ''}")
+    env_op = dict(env, PYTHONPATH=f"{site}:{extra}" if custom else str(site), CC=str(gcc))
+    if custom:
+        echo("[custom-op] EdgeOscAttention built by the userland's gcc (cc1, as, ld under QEMU), registered")
+        op = steps.run("custom-op", [py, "-m", "edgeosc.pi_check", "build-op"], cwd=copy, env=env_op).stdout.strip()
+        echo(f"[custom-op] {op.splitlines()[-1] if op else ''}")
+    else:
+        op = f"skipped: tflite-runtime, which registers the op from Python, has no wheels for {python}"
+        echo(f"[custom-op] {op}")
 
     echo(f"[compare] raw int8 outputs on {N_INPUTS} fixed inputs per model, aarch64 vs x86")
     inputs = work / "inputs.npz"
     _write_inputs(copy, inputs)
     t = time.monotonic()
-    try:
-        host_versions = outputs(copy, inputs, work / "x86.npz")
-    except Exception as e:  # noqa: BLE001 - named as the step
-        raise CheckFailed("compare", f"x86 outputs: {e}") from None
     steps.run("compare", [py, "-m", "edgeosc.pi_check", "outputs", inputs, work / "arm.npz"], cwd=copy,
               env=env_op)
     arm_versions = json.loads((work / "arm.npz.json").read_text())
+    try:  # x86 in the interpreters the userland has (trixie: no tflite-runtime)
+        host_versions = outputs(copy, inputs, work / "x86.npz", interpreters=set(arm_versions))
+    except Exception as e:  # noqa: BLE001 - named as the step
+        raise CheckFailed("compare", f"x86 outputs: {e}") from None
     steps.times["compare"] = round(time.monotonic() - t, 1)
     rows = compare(dict(np.load(work / "x86.npz")), dict(np.load(work / "arm.npz")), max_lsb)
     for line in compare_lines(rows):
         echo(line)
-    summary = dict(emulated=True, label=LABEL, userland=userland, qemu=f"{_qemu_version()}, -cpu {CPU}", bundle=str(bundle),
+    summary = dict(emulated=True, label=LABEL, suite=suite, userland=userland, qemu=f"{_qemu_version()}, -cpu {CPU}", bundle=str(bundle),
                    bench=str(marked), listen=heard.stdout.strip().splitlines()[-3:], custom_op=op,
                    interpreters=dict(x86=host_versions, aarch64=arm_versions), max_lsb_allowed=max_lsb,
                    compare=rows, step_seconds=steps.times, wall_s=round(time.monotonic() - t0, 1))
@@ -448,7 +465,7 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
         raise CheckFailed("compare", "no model ran on both sides" if not rows else
                           f"{bad[0]['model']} [{bad[0]['interpreter']}]: " +
                           bad[0].get("note", f"aarch64 differs from x86 by {bad[0]['max_lsb']:g} LSB > {max_lsb}"))
-    echo(f"pi-check passed in {summary['wall_s']:.0f} s ({LABEL}): {work / 'pi-check.json'}")
+    echo(f"pi-check passed on {suite} in {summary['wall_s']:.0f} s ({LABEL}): {work / 'pi-check.json'}")
     return summary
 
 

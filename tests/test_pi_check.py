@@ -39,6 +39,9 @@ def test_the_mirror_comes_from_this_machines_apt_sources(tmp_path):
     files = [tmp_path / "sources.list", tmp_path / "missing.list", tmp_path / "debian.sources"]
     assert pc.debian_mirrors(files) == ["http://oneline.example/debian", "http://mirror.example/debian"]
     assert pc.debian_mirrors(files, "trixie") == []
+    # a bookworm host builds the trixie userland from its own Debian mirror: one archive holds every release
+    assert pc.suite_mirrors(files, "trixie") == ["http://oneline.example/debian"]
+    assert pc.suite_mirrors(files, "bookworm") == pc.debian_mirrors(files)
     cmd = pc.debootstrap_cmd("/r", "http://m/debian")
     assert cmd == ["debootstrap", "--arch=arm64", "--foreign", "--variant=minbase",
                    "--include=python3,python3-venv,python3-pip,gcc,libc6-dev", "bookworm", "/r", "http://m/debian"]

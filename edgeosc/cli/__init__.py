@@ -497,10 +497,13 @@ def report_seeds(run_dirs, as_json):
 @click.option("--target", type=click.Choice(["rpi"]), default="rpi", show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Bundle folder (default RUN/rpi-bundle).")
 @click.option("--check", is_flag=True,
-              help="Then prove the bundle on Raspberry Pi OS's Debian (bookworm) arm64 userland under QEMU (built once, "
-                   "cached): pip install, run_bench.sh, listen, custom op by its gcc, outputs vs x86. Functional only.")
+              help="Then prove the bundle on Raspberry Pi OS's Debian arm64 userland under QEMU (built once, cached): "
+                   "pip install, run_bench.sh, listen, custom op by its gcc, outputs vs x86. Functional only.")
+@click.option("--suite", "suites", multiple=True, type=click.Choice(["bookworm", "trixie"]),
+              help="--check: the Debian release(s) of the userland (Raspberry Pi OS 12 and 13; repeatable; default "
+                   "bookworm).")
 @friendly_errors
-def deploy(run, target, out, check):
+def deploy(run, target, out, check, suites):
     """Bundle a pipeline run for a Raspberry Pi.
 
     A folder (and .tar.gz) made from RUN holds the int8 models, a lean requirements.txt (numpy + ai-edge-litert, no torch), the bench and
@@ -512,10 +515,11 @@ def deploy(run, target, out, check):
     click.echo(f"bundle: {folder} (and {folder.with_suffix('.tar.gz')}); on the Pi: see {folder / 'README.md'}")
     if check:
         from ..pi_check import CheckFailed, check_bundle
-        try:
-            check_bundle(folder, echo=click.echo)
-        except CheckFailed as e:
-            raise click.ClickException(str(e)) from None
+        for suite in suites or ("bookworm",):
+            try:
+                check_bundle(folder, echo=click.echo, suite=suite)
+            except CheckFailed as e:
+                raise click.ClickException(f"{suite}: {e}") from None
 
 
 @main.command()
