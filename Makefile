@@ -115,8 +115,8 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
-# The Raspberry Pi bundle of RUN proven on Raspberry Pi OS's Debian (bookworm and trixie, arm64) under user-mode QEMU: pip install,
-# run_bench.sh, listen, the custom op built by its gcc, int8 outputs vs x86 (edgeosc/pi_check.py). Functional, not a
+# The Raspberry Pi bundle of RUN proven on Raspberry Pi OS's Debian (bookworm and trixie, arm64) under user-mode QEMU:
+# pip install, run_bench.sh, listen, the custom op built by its gcc, int8 outputs vs x86 (edgeosc/pi_check.py). Functional, not a
 # measurement; minutes (the userland is built once under $$EDGEOSC_CACHE or ~/.cache/edgeosc); not part of `make test`.
 .PHONY: pi-check
 pi-check: | $(STAMP)

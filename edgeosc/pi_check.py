@@ -455,7 +455,8 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
     rows = compare(dict(np.load(work / "x86.npz")), dict(np.load(work / "arm.npz")), max_lsb)
     for line in compare_lines(rows):
         echo(line)
-    summary = dict(emulated=True, label=LABEL, suite=suite, userland=userland, qemu=f"{_qemu_version()}, -cpu {CPU}", bundle=str(bundle),
+    summary = dict(emulated=True, label=LABEL, suite=suite, userland=userland, qemu=f"{_qemu_version()}, -cpu {CPU}",
+                   bundle=str(bundle),
                    bench=str(marked), listen=heard.stdout.strip().splitlines()[-3:], custom_op=op,
                    interpreters=dict(x86=host_versions, aarch64=arm_versions), max_lsb_allowed=max_lsb,
                    compare=rows, step_seconds=steps.times, wall_s=round(time.monotonic() - t0, 1))
