@@ -28,11 +28,25 @@ def test_expand_deduplicates_settings_softmax_ignores():
     assert names == ["attention=oscillator-d_osc=2", "attention=oscillator-d_osc=4", "attention=softmax"]
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "sweeps").glob("*.toml")), ids=lambda p: p.name)
+SWEEPS = Path(__file__).parents[1] / "sweeps"
+
+
+@pytest.mark.parametrize("path", sorted(SWEEPS.glob("*/*.toml")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shipped_sweep_file_is_a_valid_grid(path):
     """docs/results.md and docs/notebook.md cite these files as the commands behind their tables: they must run."""
     runs = sweep.expand(*sweep.load_sweep(path))
     assert runs and all(set(cfgs) == set(sweep.SECTIONS) for _, cfgs in runs)
+
+
+def test_the_sweeps_readme_maps_every_file():
+    """sweeps/README.md names each file once, in its folder's table; every file it names is there."""
+    text = (SWEEPS / "README.md").read_text()
+    files = sorted(p.relative_to(SWEEPS).as_posix() for p in SWEEPS.glob("*/*.toml"))
+    assert len(files) >= 50 and not list(SWEEPS.glob("*.toml"))  # in folders, none left at the top
+    for f in files:
+        folder, name = f.split("/")
+        section = text.split(f"## {folder}/", 1)[1].split("\n## ", 1)[0]
+        assert f"`{name}`" in section, f
 
 
 @pytest.mark.parametrize("text,needle", [
