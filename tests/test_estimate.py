@@ -153,7 +153,7 @@ def test_shipped_firmware_fits_its_stack(tmp_path):
         x = np.random.default_rng(1).integers(-128, 128, E._io_bytes(fw, name)[0]).astype(np.int8)
         est = E.estimate_model(fw, name, x, ("cortex-m4",), tmp_path / "work")
         stacks[kind] = est["targets"]["cortex-m4"]["stack_bytes"]
-        fw, name = E.random_stream_firmware(cfg, cfg.n_frames, tmp_path / f"{kind}-stream")
+        fw, name = E.random_firmware(cfg, cfg.n_frames, tmp_path / f"{kind}-stream", window=cfg.n_frames)
         hop = E.stream_hop(fw, name, cfg.n_frames, work_dir=tmp_path / "work", hops=1)
         stacks[f"{kind} stream"] = hop["stack_bytes"]
     print(stacks, reserve)
@@ -168,7 +168,7 @@ def test_sibling_projections_of_a_stream_run_as_one_call(tmp_path):
     from edgeosc.config import SHIPPED_OSCILLATOR, ModelConfig, model_of_kind
     osc = ModelConfig(**SHIPPED_OSCILLATOR)
     for cfg, members in ((osc, 5), (model_of_kind(osc, "softmax"), 3)):
-        fw, name = E.random_stream_firmware(cfg, 8, tmp_path / cfg.attention)
+        fw, name = E.random_firmware(cfg, cfg.n_frames, tmp_path / cfg.attention, window=8)
         text = (fw / f"{name}_model.c").read_text()
         assert text.count(f"edgeosc_fc_group_int8({members},") == 2, text
         if "cortex-m4" in TARGETS:

@@ -658,11 +658,12 @@ def kernel_cycles(core: str = "cortex-m4", shapes: Sequence[dict] | None = None,
 STREAM_KINDS = ("oscillator", "softmax")
 
 
-def random_firmware(cfg, n_frames: int, out_dir: str | Path) -> tuple[Path, str]:
-    """An untrained, calibrated int8 network of ModelConfig cfg (any kind, DS-CNN included) over n_frames frames, as
-    generated C firmware (folder, name). What the estimates count depends on the shapes; the values only move a few
-    data-dependent branches (the linear core's, requantization's), so random weights price a model as a trained one
-    does."""
+def random_firmware(cfg, n_frames: int, out_dir: str | Path, window: int = 0) -> tuple[Path, str]:
+    """An untrained, calibrated int8 network of ModelConfig cfg (any kind, DS-CNN included) as generated C firmware
+    (folder, name): over n_frames frames, or with window > 0 the streaming variant's stream_int8.tflite
+    (export/tflite/stream.py: one frame a run, its state in the arena). What the estimates count depends on the
+    shapes; the values only move a few data-dependent branches (the linear core's, requantization's), so random
+    weights price a model as a trained one does."""
     import torch
 
     from ..config import QuantConfig
@@ -670,44 +671,23 @@ def random_firmware(cfg, n_frames: int, out_dir: str | Path) -> tuple[Path, str]
     from ..export.tflite import firmware_int8
     from ..models.kws import build_model
     from ..quant import calibrate, quantize_model
-    cfg = dataclasses.replace(cfg, n_frames=n_frames, dropout=0.0, window=0)
+    cfg = dataclasses.replace(cfg, dropout=0.0, window=window, **({} if window else dict(n_frames=n_frames)))
     torch.manual_seed(0)
     qat = quantize_model(build_model(cfg).eval(), QuantConfig())
-    calibrate(qat, [(torch.randn(16, n_frames, cfg.n_coeffs), None)], 1)
-    qat.eval()
-    out, name = Path(out_dir), f"{cfg.attention.replace('-', '_')}_t{n_frames}"
+    frames = 2 * window if window else n_frames  # a stream's calibration: a window's keys and as many to follow
+    calibrate(qat, [(torch.randn(8 if window else 16, frames, cfg.n_coeffs), None)], 1)
+    kind = cfg.attention.replace("-", "_")
+    out, name = Path(out_dir), f"{kind}_stream_w{window}" if window else f"{kind}_t{n_frames}"
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        (out / f"{name}.tflite").write_bytes(firmware_int8(qat)[1])
-    generate(out / f"{name}.tflite", out / name, name=name, features=None)
-    return out / name, name
-
-
-def random_stream_firmware(cfg, window: int, out_dir: str | Path) -> tuple[Path, str]:
-    """An untrained, calibrated streaming network of ModelConfig cfg with this window, its stream_int8.tflite
-    (export/tflite/stream.py) as generated C firmware: one frame a run, its state in the arena (folder, name)."""
-    import torch
-
-    from ..config import QuantConfig
-    from ..export.c import generate
-    from ..export.tflite.stream import stream_file
-    from ..models.kws import build_model
-    from ..quant import calibrate, quantize_model
-    cfg = dataclasses.replace(cfg, window=window, dropout=0.0)
-    torch.manual_seed(0)
-    qat = quantize_model(build_model(cfg).eval(), QuantConfig())
-    calibrate(qat, [(torch.randn(8, 2 * window, cfg.n_coeffs), None)], 1)
-    out, name = Path(out_dir), f"{cfg.attention}_stream_w{window}"
-    out.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        (out / f"{name}.tflite").write_bytes(stream_file(qat.eval()))
+        (out / f"{name}.tflite").write_bytes(firmware_int8(qat.eval())[1])
     generate(out / f"{name}.tflite", out / name, name=name, features=None)
     return out / name, name
 
 
 def stream_hop(fw: str | Path, name: str, window: int, core: str = "cortex-m4", work_dir: str | Path | None = None,
                hops: int = 4) -> dict:
-    """Cycles of one hop of a stream firmware (random_stream_firmware) once its window is full, an ESTIMATE by
+    """Cycles of one hop of a stream firmware (random_firmware with a window) once its window is full, an ESTIMATE by
     emulation: streams of window + 1 and window + 1 + hops frames, the difference over the extra hops, each
     stream's last logits checked against the host build's. {"cycles", "attention_cycles", "calls" (the attention
     cores' calls a hop), "stack_bytes" (the stream's deepest stack, measured)}."""
@@ -757,7 +737,7 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     with tempfile.TemporaryDirectory() as tmp:
         for kind in STREAM_KINDS:
             for W in windows:
-                hop = stream_hop(*random_stream_firmware(configs[kind], W, tmp), W, core, work)
+                hop = stream_hop(*random_firmware(configs[kind], W, tmp, window=W), W, core, work)
                 fw, name = random_firmware(configs[kind], W, tmp)
                 x = np.random.default_rng(1).integers(-128, 128, _io_bytes(fw, name)[0]).astype(np.int8)
                 recompute = estimate_model(fw, name, x, (core,), work)["targets"][core]["model"]["cycles"]
