@@ -454,7 +454,8 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     DSP requantization constants prepared on each call, not given as code generation writes them), "stride" and
     "dil" (CONV_2D and DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside and outside the image
     alike), "scales" (ADD / SUB: the scales of a, b and the output; random otherwise)."""
-    from ..export.c.ops import depthwise3x3_packs, dsp_requant, pack_depthwise3x3, pack_weights, wide_words
+    from ..export.c.ops import (depthwise3x3_packs, depthwise_scratch_words, dsp_requant, pack_depthwise3x3,
+                                pack_weights, wide_words)
     from ..integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     if spec["op"] == "L2_NORMALIZATION":  # "rows" x "depth", zero point "zp" (random otherwise)
@@ -497,8 +498,8 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         macs = oh * ow * kh * kw * oc * (1 if depthwise else c)
         K = kh * kw * c
         fn, words = "edgeosc_bench_conv", wide_words(K) + 2 * oc + K  # EDGEOSC_CONV_SCRATCH_WORDS
-        if depthwise:  # EDGEOSC_DEPTHWISE_SCRATCH_WORDS
-            words = 8 * -(-oh // 2) * (ow + 2) + 2 * -(-oh // 2) * ow
+        if depthwise:
+            words = depthwise_scratch_words(oh, ow)
     mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
     bufs = dict(f=f, w=w, bias=rng.integers(-5000, 5000, n_bias).astype(np.int32), mult=np.array(mult, np.int32),
                 shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8), scratch=np.zeros(words, np.int32))

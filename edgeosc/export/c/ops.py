@@ -255,6 +255,13 @@ def wide_words(depth: int) -> int:
     return 16 * -(-depth // 8)
 
 
+def depthwise_scratch_words(out_h: int, out_w: int) -> int:
+    """EDGEOSC_DEPTHWISE_SCRATCH_WORDS: four channels' slots of row pairs (two words each, a border column either
+    side), then their int8 output records."""
+    pairs = -(-out_h // 2)
+    return 8 * pairs * (out_w + 2) + 2 * pairs * out_w
+
+
 def fast_scratch_words(depth: int, units: int, rq: Struct) -> int:
     """EDGEOSC_FC_SCRATCH_WORDS less the constants' 2 words per channel where code generation wrote them."""
     return wide_words(depth) + (0 if rq.fields["dsp"] is not None else 2 * units)
@@ -772,10 +779,8 @@ class Lowering:
             bias = None if f["bias"] is None else self.g.tensors[f["bias"].tensor].data
             f.update(weights=Only(f["weights"], False), bias=Only(f["bias"], False),
                      packed=Only(Array(pack_depthwise3x3(w.data, bias, x.z), f"{out.name}_packed"), True))
-        pairs, ow = -(-out.shape[1] // 2), out.shape[2]
-        words = 8 * pairs * (ow + 2) + 2 * pairs * ow  # EDGEOSC_DEPTHWISE_SCRATCH_WORDS
         return self.emit("edgeosc_depthwise_conv_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op],
-                         out.name, scratch=4 * words)
+                         out.name, scratch=4 * depthwise_scratch_words(*out.shape[1:3]))
 
     def op_average_pool_2d(self, op: Op):
         x, out, o = self.t(op.inputs[0]), self.t(op.outputs[0]), op.options
