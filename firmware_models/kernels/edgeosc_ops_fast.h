@@ -32,8 +32,8 @@ static int8_t channel_out(const EdgeoscChannelRequant *rq, int32_t c, int32_t ac
  * run of the input already (one kernel row, no dilation, all taps inside: the stem's), a pointer into `in`,
  * else built in `patch`. */
 /* noinline: inlined into the DSP path's row loop, DS-CNN's stem ran 2.5% slower (gcc 12, -O2) */
-__attribute__((noinline, unused)) static const int8_t *conv_patch(const EdgeoscConvParams *p, const int8_t *in,
-                                                                  int32_t o, int8_t *patch) {
+__attribute__((noinline)) static const int8_t *conv_patch(const EdgeoscConvParams *p, const int8_t *in, int32_t o,
+                                                          int8_t *patch) {
   const int32_t oy = o / p->out_w, ox = o % p->out_w;
   const int32_t iy0 = oy * p->stride_h - p->pad_top, ix0 = ox * p->stride_w - p->pad_left;
   int32_t ky, kx, ic, n = 0;

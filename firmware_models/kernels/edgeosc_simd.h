@@ -24,13 +24,6 @@ static inline int32_t edgeosc_sxtb16_ror8(int32_t w) {
   return r;
 }
 
-/* UXTB16 of the word rotated by 8 (bytes 1 and 3, zero-extended) */
-static inline int32_t edgeosc_uxtb16_ror8(int32_t w) {
-  int32_t r;
-  __asm__("uxtb16 %0, %1, ror #8" : "=r"(r) : "r"(w));
-  return r;
-}
-
 static inline int32_t edgeosc_read4(const int8_t *p) { return *(const edgeosc_unaligned_i32 *)p; }
 
 /* Four int8 values minus a zero point as two int16 pairs in SXTB16's lanes: (x0, x2) and (x1, x3).
