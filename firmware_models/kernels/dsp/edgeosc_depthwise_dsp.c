@@ -99,20 +99,23 @@ static void dw3_rows(const Dw3Job *job) {
 }
 #endif
 
+/* Two rows' words of four channels (x0 above x1) as each channel's int16 pair of the two rows, channels 0 to 3 */
+static inline void dw3_pairs(int32_t x0, int32_t x1, int32_t *v) {
+  const int32_t e0 = __sxtb16(x0), e1 = __sxtb16(x1), o0 = edgeosc_sxtb16_ror8(x0), o1 = edgeosc_sxtb16_ror8(x1);
+  v[0] = edgeosc_pack_bottoms(e0, e1), v[1] = edgeosc_pack_bottoms(o0, o1);
+  v[2] = edgeosc_pack_tops(e0, e1), v[3] = edgeosc_pack_tops(o0, o1);
+}
+
 /* Row pair j of the four channels at x (padded row 0 of a column) into slot s: its A (j < J) and the slot above's B
  * (j > 0), a row outside the image at zp_in */
-static void dw3_row_pair(const EdgeoscConvParams *p, const int8_t *x, int32_t j, int32_t *s, int32_t W,
-                                int32_t J) {
+static void dw3_row_pair(const EdgeoscConvParams *p, const int8_t *x, int32_t j, int32_t *s, int32_t W, int32_t J) {
   const int32_t row = p->in_w * p->in_c, iy = 2 * j - p->pad_top;
   const int32_t zp4 = (int32_t)(((uint32_t)p->zp_in & 0xFFu) * 0x01010101u);
-  const int32_t x0 = iy >= 0 && iy < p->in_h ? edgeosc_read4(x + 2 * j * row) : zp4;
-  const int32_t x1 = iy + 1 >= 0 && iy + 1 < p->in_h ? edgeosc_read4(x + (2 * j + 1) * row) : zp4;
-  const int32_t e0 = __sxtb16(x0), e1 = __sxtb16(x1), o0 = edgeosc_sxtb16_ror8(x0), o1 = edgeosc_sxtb16_ror8(x1);
-  const int32_t v0 = edgeosc_pack_bottoms(e0, e1), v1 = edgeosc_pack_bottoms(o0, o1);
-  const int32_t v2 = edgeosc_pack_tops(e0, e1), v3 = edgeosc_pack_tops(o0, o1);
-  int32_t *const t = s - 8 * W;
-  if (j < J) s[0] = v0, s[2] = v1, s[4] = v2, s[6] = v3;
-  if (j > 0) t[1] = v0, t[3] = v1, t[5] = v2, t[7] = v3;
+  int32_t *const t = s - 8 * W, v[4];
+  dw3_pairs(iy >= 0 && iy < p->in_h ? edgeosc_read4(x + 2 * j * row) : zp4,
+            iy + 1 >= 0 && iy + 1 < p->in_h ? edgeosc_read4(x + (2 * j + 1) * row) : zp4, v);
+  if (j < J) s[0] = v[0], s[2] = v[1], s[4] = v[2], s[6] = v[3];
+  if (j > 0) t[1] = v[0], t[3] = v[1], t[5] = v[2], t[7] = v[3];
 }
 
 /* step 1 for the four channels from c in the image's columns (the padding's, all zp_in, are written once a call):
@@ -132,10 +135,9 @@ __attribute__((noinline)) static void depthwise3x3_planes(const EdgeoscConvParam
       const int8_t *r = x + 2 * j * row;
       int32_t *a = s + 8 * W * j, *b = a - 8 * W + 1;
       for (; j < hi; ++j, r += 2 * row, a += 8 * W, b += 8 * W) {
-        const int32_t x0 = edgeosc_read4(r), x1 = edgeosc_read4(r + row);
-        const int32_t e0 = __sxtb16(x0), e1 = __sxtb16(x1), o0 = edgeosc_sxtb16_ror8(x0), o1 = edgeosc_sxtb16_ror8(x1);
-        a[0] = b[0] = edgeosc_pack_bottoms(e0, e1), a[2] = b[2] = edgeosc_pack_bottoms(o0, o1);
-        a[4] = b[4] = edgeosc_pack_tops(e0, e1), a[6] = b[6] = edgeosc_pack_tops(o0, o1);
+        int32_t v[4];
+        dw3_pairs(edgeosc_read4(r), edgeosc_read4(r + row), v);
+        a[0] = b[0] = v[0], a[2] = b[2] = v[1], a[4] = b[4] = v[2], a[6] = b[6] = v[3];
       }
     }
     for (; j <= DW3_LAST(p, J); ++j) dw3_row_pair(p, x, j, s + 8 * W * j, W, J);
@@ -167,7 +169,7 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
     { /* step 3: row 2j's word of each record, then row 2j + 1's (but past the last row) */
       const int32_t *r = (const int32_t *)(const void *)records, *const end = r + 2 * (p->out_h >> 1) * p->out_w;
       int8_t *o = out + c;
-      for (j = 0; r != end; ++j, o += row)
+      for (; r != end; o += row)
         for (x = 0; x < p->out_w; ++x, r += 2, o += C)
           *(edgeosc_unaligned_i32 *)(void *)o = r[0], *(edgeosc_unaligned_i32 *)(void *)(o + row) = r[1];
       for (x = 0; x < (p->out_h & 1) * p->out_w; ++x, r += 2, o += C) *(edgeosc_unaligned_i32 *)(void *)o = r[0];
