@@ -1,5 +1,6 @@
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,8 @@ def test_the_sweeps_readme_maps_every_file():
         folder, name = f.split("/")
         section = text.split(f"## {folder}/", 1)[1].split("\n## ", 1)[0]
         assert f"`{name}`" in section, f
+    named = re.findall(r"`([\w.-]+\.toml)`", text)
+    assert sorted(named) == sorted(f.split("/")[1] for f in files)
 
 
 @pytest.mark.parametrize("text,needle", [
