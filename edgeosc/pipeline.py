@@ -167,7 +167,8 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
                           lambda f: impl.scaling(cfg, f))
     bench = yield Stage("bench", dict(parity=keys, bench=to_dict(cfg.bench)),
                         lambda f: impl.bench(cfg, run_dir, f))
-    yield Stage("report", dict(bench=bench["key"], models=keys, scaling=scaling["key"]),
+    npu = yield Stage("npu", dict(parity=keys), lambda f: impl.npu(cfg, run_dir, f))
+    yield Stage("report", dict(bench=bench["key"], npu=npu["key"], models=keys, scaling=scaling["key"]),
                 lambda f: impl.report(cfg, run_dir, f))
 
 

@@ -40,6 +40,7 @@ def collect(run_dir: str | Path, board_results: list[str | Path] = ()) -> dict:
                                 estimate=_json(run_dir / f"estimate-{k}" / "estimate.json"),
                                 firmware=_json(run_dir / f"export-{k}" / firmware_name(k) / "firmware.json"))
     out["scaling"] = _json(run_dir / "scaling" / "scaling.json")
+    out["npu"] = _json(run_dir / "npu" / "npu.json")
     return out
 
 
@@ -149,6 +150,14 @@ def _stream_lines(r: dict) -> list[str]:
     if ratios:
         lines += ["", "Streaming oscillator / streaming softmax per hop: " + ", ".join(ratios) + "."]
     return lines
+
+
+def _npu_lines(r: dict) -> list[str]:
+    if not (r.get("npu") or {}).get("rows"):
+        return []
+    from .bench.npu import format_table
+    rows = [dict(row, name=LABELS.get(row["name"], row["name"])) for row in r["npu"]["rows"]]
+    return ["", "## Ethos-U NPUs (Vela, estimated)", ""] + format_table(rows).splitlines()
 
 
 def _scaling_lines(r: dict) -> list[str]:
@@ -275,7 +284,7 @@ def markdown(r: dict) -> str:
                          f"{row['softmax']['median_ms']:.3f} | {row['ratio']:.2f}x |"
                          + "".join(f" {row[k]['median_ms']:.3f} | {row['ratio_' + k]:.2f}x |" if k in row
                                    else " - | - |" for k in others))
-    lines += _estimate_lines(r) + _scaling_lines(r) + _stream_lines(r)
+    lines += _estimate_lines(r) + _npu_lines(r) + _scaling_lines(r) + _stream_lines(r)
     for board in r["boards"]:
         s = board.get("system", {})
         if board.get("emulated"):  # edgeosc.pi_check: ran under QEMU; its timings are no measurement, no table

@@ -173,6 +173,17 @@ def bench(cfg, run_dir: Path, folder: Path) -> dict:
     return dict(rows=len(rows))
 
 
+def npu(cfg, run_dir: Path, folder: Path) -> dict:
+    """Each kind's int8.tflite compiled by Vela for the Ethos-U NPUs: operators on the NPU and the CPU, estimates."""
+    from .bench import npu as vela
+    if vela.vela_version() is None:
+        return dict(skipped="Vela (ethos-u-vela) is not installed")
+    files = {k: run_dir / f"export-{k}" / "tflite" / "int8.tflite" for k in cfg.kinds}
+    rows = vela.compile_models({k: f for k, f in files.items() if f.is_file()})
+    write_json(folder / "npu.json", dict(rows=rows))
+    return dict(rows=len(rows))
+
+
 def report(cfg, run_dir: Path, folder: Path) -> dict:
     from .report import write_report
     path = write_report(run_dir, folder)

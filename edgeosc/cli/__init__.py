@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from ..bench.npu import ACCELERATORS as NPU_ACCELERATORS
 from ..config import QAT_EPOCHS, QAT_LR, FeatureConfig, from_dict
 from .options import config_options, sections
 
@@ -414,6 +415,37 @@ def bench_pair(oscillator, softmax, runs, threads, as_json):
     rows = compare(oscillator, softmax, runs, threads, echo=(lambda *_: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
+
+
+@bench.command("npu")
+@click.argument("models", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--accelerator", "accelerators", multiple=True, type=click.Choice(sorted(NPU_ACCELERATORS)),
+              help="Ethos-U configuration (repeatable; default all).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write results here.")
+@friendly_errors
+def bench_npu(models, accelerators, json_path):
+    """Ethos-U NPUs: int8 .tflite files compiled by Arm's Vela.
+
+    MODELS are .tflite files or pipeline run folders (their export-KIND/tflite/int8.tflite). Per file and
+    accelerator: operators on the NPU, those left to the CPU (named), Vela's estimated cycles, inference time, SRAM
+    and flash, with the system configurations of Vela's Arm/vela.ini (edgeosc/bench/npu.py).
+    """
+    from ..bench import npu
+    files = {}
+    for m in map(Path, models):
+        if m.is_dir():
+            found = sorted(m.glob("export-*/tflite/int8.tflite"))
+            if not found:
+                raise click.ClickException(f"{m}: no export-KIND/tflite/int8.tflite in this folder")
+            files.update({f"{f.parents[1].name.removeprefix('export-')} ({m.name})": f for f in found})
+        else:
+            files[str(m)] = m
+    rows = npu.compile_models(files, accelerators or tuple(NPU_ACCELERATORS), echo=click.echo)
+    click.echo(npu.format_table(rows))
+    if json_path:
+        from ..io import write_json
+        write_json(json_path, dict(rows=rows))
+        click.echo(f"results: {json_path}")
 
 
 @bench.command("attention")
