@@ -18,7 +18,7 @@ import numpy as np
 from .config import SILENCE, UNKNOWN
 from .data.audio import write_wav
 from .data.clipset import ClipSet
-from .io import write_json
+from .io import atomic_path, write_json
 from .stream import Detection, FrontEnd, Listener, Model, StreamError, replay
 
 GAP_S = (0.2, 0.8)  # the quiet between two clips, uniform
@@ -82,36 +82,101 @@ def score(detections: list[Detection], events: list[Event], duration_s: float, t
                                                            p90=float(np.percentile(lat, 90)), max=float(lat.max())))
 
 
+def _listen(lis: Listener, audio: np.ndarray, progress=None) -> Listener:
+    """Stream `audio` through the listener, a second of audio a push; progress(done, total) after each."""
+    step = lis.hop * max(1, lis.cfg.sample_rate // lis.hop)
+    for start in range(0, len(audio), step):
+        lis.push(audio[start:start + step])
+        if progress:
+            progress(min(start + step, len(audio)), len(audio))
+    lis.flush()
+    return lis
+
+
 def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: float = 20.0, threshold: float = 0.7,
                     smooth: int = 3, refractory_s: float | None = None, max_clips: int | None = None, seed: int = 0,
                     tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None,
-                    thresholds=()) -> dict:
+                    thresholds=(), negatives: np.ndarray | None = None) -> dict:
     """Stream the long recording of `split` through `model` (a Listener with these settings) and score it; the
     recording and its events are written to wav_out (and wav_out with .json) when given. progress(done, total)
     is called every second of audio. thresholds: also score each of these from the same pass ("curve": the
-    operating curve, recall against false alarms per hour)."""
+    operating curve, recall against false alarms per hour). negatives: keyword-free audio (data/negatives.py)
+    streamed by a listener of its own, every detection on it a false alarm: its false alarms per hour at each
+    threshold beside the split's recall give the DET curve ("det") and the recall at 1, 5 and 10 false alarms
+    per hour ("recall_at"), the field's figures."""
     if tuple(data.classes) != tuple(model.classes):
         raise StreamError(f"{model.name}: its classes {list(model.classes)} are not the data set's "
                           f"{list(data.classes)}")
+    if negatives is not None and not thresholds:
+        thresholds = DET_THRESHOLDS
     lis = Listener(model, hop_ms, threshold, smooth, refractory_s, record=bool(thresholds))
     audio, events = long_recording(data, split, lis.front, max_clips, seed)
     sr = lis.cfg.sample_rate
     if wav_out is not None:
         write_wav(wav_out, audio, sr)
         write_json(Path(wav_out).with_suffix(".json"), dict(sample_rate=sr, events=[asdict(e) for e in events]))
-    step = lis.hop * max(1, sr // lis.hop)
-    for start in range(0, len(audio), step):
-        lis.push(audio[start:start + step])
-        if progress:
-            progress(min(start + step, len(audio)), len(audio))
-    lis.flush()
+    _listen(lis, audio, progress)
     duration = len(audio) / sr
     curve = [dict(threshold=th, **score(replay(lis.trace, model.classes, lis.keywords, th, lis.refractory_s), events,
                                         duration, tolerance_s)) for th in thresholds]
-    return dict(model=model.name, split=split, hop_ms=hop_ms, threshold=threshold, smooth=smooth,
-                refractory_s=lis.refractory_s, window=model.window, seed=seed, tolerance_s=tolerance_s,
-                **score(lis.detections, events, duration, tolerance_s), per_hop=lis.stats(),
-                **({"curve": curve} if curve else {}))
+    res = dict(model=model.name, split=split, hop_ms=hop_ms, threshold=threshold, smooth=smooth,
+               refractory_s=lis.refractory_s, window=model.window, seed=seed, tolerance_s=tolerance_s,
+               **score(lis.detections, events, duration, tolerance_s), per_hop=lis.stats(),
+               **({"curve": curve} if curve else {}))
+    if negatives is not None:
+        res.update(negative_scores(model, negatives, curve, hop_ms, threshold, smooth, refractory_s, progress))
+    return res
+
+
+DET_THRESHOLDS = tuple(float(t) for t in np.round(np.r_[np.arange(0.30, 0.951, 0.05), 0.97, 0.98, 0.99, 0.995,
+                                                        0.998, 0.999], 3))
+TARGETS_PER_HOUR = (1, 5, 10)  # the false-alarm rates recall is reported at
+
+
+def negative_scores(model: Model, negatives: np.ndarray, curve: list[dict], hop_ms: float, threshold: float,
+                    smooth: int, refractory_s: float | None, progress=None) -> dict:
+    """False alarms on keyword-free audio at `threshold` and at each threshold of `curve` (the positives' operating
+    curve from the same listener settings): the DET curve and the best recall at <= 1, 5, 10 per hour."""
+    lis = _listen(Listener(model, hop_ms, threshold, smooth, refractory_s, record=True), negatives, progress)
+    hours = len(negatives) / lis.cfg.sample_rate / 3600
+    det = []
+    for c in curve:
+        fa = len(replay(lis.trace, model.classes, lis.keywords, c["threshold"], lis.refractory_s))
+        det.append(dict(threshold=c["threshold"], recall=c["recall"], false_alarms=fa, false_alarms_per_hour=fa / hours,
+                        latency_ms=c["latency_ms"]))
+    recall_at = {}
+    for target in TARGETS_PER_HOUR:
+        ok = [d for d in det if d["false_alarms_per_hour"] <= target and d["recall"] is not None]
+        best = max(ok, key=lambda d: (d["recall"], -d["threshold"])) if ok else None
+        recall_at[str(target)] = best and dict(recall=best["recall"], threshold=best["threshold"],
+                                               false_alarms_per_hour=best["false_alarms_per_hour"])
+    return dict(negatives=dict(hours=hours, false_alarms=len(lis.detections),
+                               false_alarms_per_hour=len(lis.detections) / hours),
+                det=det, recall_at=recall_at)
+
+
+def plot_det(res: dict, path: str | Path) -> Path:
+    """The DET curve: keywords missed against false alarms per hour of keyword-free audio (log axis; 0 drawn at the
+    axis' left end)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    hours = res["negatives"]["hours"]
+    floor = 0.5 / hours  # half a false alarm in the whole recording: where "none" is drawn
+    x = [max(d["false_alarms_per_hour"], floor) for d in res["det"]]
+    y = [100 * (1 - d["recall"]) for d in res["det"]]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.plot(x, y, marker="o", ms=3)
+    for target in TARGETS_PER_HOUR:
+        ax.axvline(target, color="grey", lw=0.5, ls=":")
+    ax.set(xscale="log", xlabel=f"false alarms per hour ({hours:.2g} h without keywords)", ylabel="keywords missed (%)",
+           title=f"{res['model']}: DET curve")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_path(Path(path)) as tmp:
+        fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120)
+    plt.close(fig)
+    return Path(path)
 
 
 def format_result(r: dict) -> str:
@@ -125,7 +190,19 @@ def format_result(r: dict) -> str:
     if lat:
         lines.append(f"  latency after the keyword's end: median {lat['median']:.0f} ms, p90 {lat['p90']:.0f} ms, "
                      f"max {lat['max']:.0f} ms")
-    if r.get("curve") and r["recall"] is not None:
+    if r.get("recall_at"):
+        neg = r["negatives"]
+        lines.append(f"  keyword-free audio: {neg['hours']:.2f} h, {neg['false_alarms']} false alarms at threshold "
+                     f"{r['threshold']} ({neg['false_alarms_per_hour']:.1f} per hour)")
+        lines.append("  recall at " + ", ".join(
+            f"{t} false alarm{'s' if t != '1' else ''} per hour: " +
+            (f"{100 * v['recall']:.1f}% (threshold {v['threshold']})" if v else "not reached")
+            for t, v in r["recall_at"].items()))
+    if r.get("det"):
+        lines.append("  threshold   recall   false alarms per hour (keyword-free audio)")
+        for d in r["det"]:
+            lines.append(f"  {d['threshold']:9.3f}   {100 * d['recall']:5.1f}%   {d['false_alarms_per_hour']:8.1f}")
+    elif r.get("curve") and r["recall"] is not None:
         lines.append("  threshold   recall   false alarms per hour   median latency (ms)")
         for c in r["curve"]:
             med = f"{c['latency_ms']['median']:.0f}" if c["latency_ms"] else "-"

@@ -598,18 +598,25 @@ def listen(model, wav, mic, hop_ms, threshold, smooth, window):
               help="Also write the recording (16-bit WAV) and its keyword events (the same name, .json).")
 @click.option("--sweep", is_flag=True, help="Also the operating curve from the same pass: recall and false alarms "
               "per hour at thresholds 0.3 to 0.99.")
+@click.option("--negatives-hours", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Also stream this many hours of keyword-free audio (sentences of other words in the synthetic "
+              "voices, noise, music-like tones; made once and cached) and report recall at 1, 5 and 10 false alarms "
+              "per hour of it and the DET curve, as wake-word evaluations do.")
+@click.option("--det-plot", type=click.Path(dir_okay=False), default=None,
+              help="With --negatives-hours: write the DET curve here (.png, .svg or .pdf).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @CACHE_DIR
 @friendly_errors
 def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed, window, wav_out,
-                sweep, as_json, cache_dir):
+                sweep, negatives_hours, det_plot, as_json, cache_dir):
     """Always-on accuracy: a split's clips as one long recording.
 
     MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json (its data set is the one of the
     checkpoint the manifest names). The split's clips, keywords and others alike, follow each other in a random
     order with short gaps of quiet noise; `edgeosc listen`'s listener runs over them. A detection naming the keyword
     of a clip between the clip's start and 1 s after its speech ends is a hit; every other detection is a false
-    alarm. Prints recall, false alarms per hour and the latency after each keyword's end.
+    alarm. Prints recall, false alarms per hour and the latency after each keyword's end. With --negatives-hours,
+    false alarms are also counted on keyword-free audio, and recall is read at 1, 5 and 10 of them per hour.
     """
     from ..checkpoint import load_checkpoint
     from ..data import load_dataset
@@ -623,15 +630,29 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     else:
         import torch
         torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
+    if det_plot and not negatives_hours:
+        raise click.UsageError("--det-plot needs --negatives-hours (the DET curve's false alarms are counted there)")
     data = load_dataset(settings.load(base={"data": load_checkpoint(source).data_cfg}).data, cache_dir)
+    negatives = None
+    if negatives_hours:
+        from ..data import default_cache_dir
+        from ..data.negatives import load_negatives
+        with tqdm(total=round(3600 * negatives_hours), unit="s", desc="keyword-free audio", leave=False,
+                  disable=as_json) as bar:
+            negatives = load_negatives(negatives_hours, seed, cache_dir or default_cache_dir(),
+                                       progress=lambda done, total: bar.update(round(done) - bar.n))
     with tqdm(total=0, unit="s", desc="streaming", leave=False, disable=as_json) as bar:
         def progress(done, total):
             bar.total = round(total / net.feature_cfg.sample_rate)
             bar.n = round(done / net.feature_cfg.sample_rate)
             bar.refresh()
         res = evaluate_stream(net, data, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed,
-                              wav_out=wav_out, progress=progress, thresholds=SWEEP if sweep else ())
+                              wav_out=wav_out, progress=progress, thresholds=SWEEP if sweep else (),
+                              negatives=negatives)
     click.echo(json.dumps(res) if as_json else format_result(res))
+    if det_plot:
+        from ..stream_eval import plot_det
+        click.echo(f"DET curve: {plot_det(res, det_plot)}", err=as_json)
 
 
 # --------------------------------------------------------------------------- pipeline, sweep

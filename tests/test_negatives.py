@@ -1,0 +1,55 @@
+"""Keyword-free audio for always-on false alarms (data/negatives.py) and the DET protocol on it (stream_eval.py)."""
+import numpy as np
+import pytest
+
+from edgeosc.data import negatives as N
+from edgeosc.stream import Listener
+from edgeosc.stream_eval import DET_THRESHOLDS, evaluate_stream, format_result, plot_det
+
+from test_stream import SR, TONE_HZ, band_model, noise
+from test_stream_eval import tone_set
+
+
+def test_no_sentence_says_a_class_word_or_a_training_unknown_word():
+    said = {w for s in N.SENTENCES for w in N._words(s)}
+    assert said and not said & N.forbidden_words()
+    assert {"yes", "stop", "seven", "marvin"} <= N.forbidden_words()
+
+
+def test_negatives_are_reproducible_varied_and_never_digitally_silent(tmp_path):
+    x = N.make_negatives(60 / 3600, seed=3)
+    assert x.dtype == np.float32 and len(x) == 60 * SR and np.abs(x).max() <= 1
+    assert np.array_equal(x, N.make_negatives(60 / 3600, seed=3))
+    assert not np.array_equal(x[:SR], N.make_negatives(60 / 3600, seed=4)[:SR])
+    rms_db = 20 * np.log10(np.sqrt(np.mean(x[: len(x) // 1600 * 1600].reshape(-1, 1600) ** 2, 1)))  # 0.1 s frames
+    assert rms_db.min() > -85 and rms_db.max() - rms_db.min() > 20  # a room's floor at least, and varied levels
+    cached = N.load_negatives(60 / 3600, 3, tmp_path)
+    assert np.abs(cached - x).max() <= 1 / 32767 and list((tmp_path / "negatives").iterdir())
+    assert np.array_equal(N.load_negatives(60 / 3600, 3, tmp_path), cached)  # read back from the cache
+    with pytest.raises(ValueError, match="hours > 0"):
+        N.make_negatives(0)
+
+
+def test_det_points_equal_runs_at_their_threshold_and_recall_is_read_at_fixed_rates(tmp_path):
+    """One pass over the negatives scores every threshold: each DET point's false alarms are those of a listener run
+    at that threshold; the recall at a rate is the best recall among points at or under it."""
+    model, data = band_model(), tone_set()
+    t = np.arange(int(0.3 * SR)) / SR  # keyword-free audio that still fires: "low" tone bursts in noise, none keyed
+    negatives = noise(60.0, seed=5)
+    for onset in np.arange(2.0, 58.0, 4.0):
+        s = int(onset * SR)
+        negatives[s:s + len(t)] += 0.3 * np.sin(2 * np.pi * TONE_HZ["low"] * t)
+    negatives = negatives.astype(np.float32)
+    r = evaluate_stream(model, data, hop_ms=100, threshold=0.5, smooth=1, seed=2, negatives=negatives)
+    assert [d["threshold"] for d in r["det"]] == list(DET_THRESHOLDS)
+    for d in r["det"][::5]:
+        lis = Listener(model, 100, d["threshold"], 1)
+        lis.push(negatives)
+        lis.flush()
+        assert d["false_alarms"] == len(lis.detections) > 0
+        assert d["false_alarms_per_hour"] == pytest.approx(d["false_alarms"] * 60)
+    for target, best in r["recall_at"].items():
+        ok = [d["recall"] for d in r["det"] if d["false_alarms_per_hour"] <= int(target)]
+        assert (best is None) == (not ok) and (best is None or best["recall"] == max(ok))
+    assert r["negatives"]["hours"] == pytest.approx(1 / 60) and "recall at 1 false alarm per hour" in format_result(r)
+    assert plot_det(r, tmp_path / "det.png").stat().st_size > 1000
