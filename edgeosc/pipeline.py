@@ -1,5 +1,5 @@
 """The main job end to end: data -> float training -> QAT -> exports -> parity and cycle estimates -> bench ->
-compare report.
+NPU compilation (Vela) -> compare report.
 
 Each stage writes its outputs into <run>/<stage>/ with a stage.json manifest: the hash of its inputs
 (configuration and the manifests of the stages it reads), its status and its results. A re-run skips
