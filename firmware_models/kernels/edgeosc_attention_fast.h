@@ -6,7 +6,9 @@
  * applies. The variants:
  *   dsp/edgeosc_attention_dsp.c    the L2 norms (a row's, the linear core's z), the softmax row on its exp table, a
  *                                  row of q k^T scores (d_head 8 apart), the mix a v (its pair loop in assembly)
- *   neon/edgeosc_attention_neon.c  the scores and the mix on AArch64
+ *   dsp/edgeosc_linear_dsp.c       the linear core: the default head's update, query and stream step from tables of
+ *                                  int16 pairs (in assembly), other heads in one pass over the state, the division
+ *   neon/edgeosc_attention_neon.c  the scores and the mix, the linear core's update and query on AArch64
  * Each returns 1 where it computed the result and 0 where the reference loops must. edgeosc_attention.c compiles them
  * in its own unit (their entry points are static); those not for a build's core are empty (edgeosc_simd.h says which
  * it takes). The helpers below are defined in edgeosc_attention.c. */
@@ -17,6 +19,34 @@
 #include "edgeosc_simd.h"
 
 static int8_t clamp8(int32_t y);
+
+/* A key's terms with its sign folded in: K = k - zp_k, r, and the readout rows' coefficients u (the gate times
+ * [1, cos m f, sin m f] in Q15, over 2^8; row 0: gate x 128). A missing key: every term 0. */
+typedef struct {
+  int16_t K[EDGEOSC_LINEAR_MAX_D_HEAD];
+  int32_t r0, r1, u[9], fits; /* fits: u[1..2p] in int16 (the DSP pass pairs them) */
+  const int8_t *v;
+} KeyTerms;
+
+/* A key's readout coefficients u[0..2p] (KeyTerms.u); returns whether u[1..2p] fit int16. */
+static inline __attribute__((always_inline)) int readout_terms(const EdgeoscLinearKey *key, int32_t *u, const int pp);
+
+/* The head the models run (d_head = d_value = 8, p = 4) */
+static int default_head(const EdgeoscLinearParams *p);
+
+/* The readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15) of z = h / |h|, for p = pp or the head's p */
+static inline __attribute__((always_inline)) void readout_weights_of(int64_t h0, int64_t h1, int32_t *beta,
+                                                                     const int pp);
+static void readout_weights(const EdgeoscLinearParams *p, int64_t h0, int64_t h1, int32_t *beta);
+
+/* One division per query: den (> 0) to 22 bits, m 2^21 / den a multiplier of each numerator. */
+typedef struct {
+  int32_t e, inv, shift, zp_out, any; /* any: den > 0 (else every output is the zero point) */
+  uint64_t half, round;               /* 2^(e-1) for e >= 1, 2^(shift-1) */
+} Divider;
+
+static inline void divider(const EdgeoscLinearParams *p, int64_t den, Divider *dv);
+static inline __attribute__((always_inline)) int8_t divided(const Divider *dv, int64_t x);
 
 /* The entry points, each called from one dispatch and inlined there (always_inline: apart, gcc kept the larger ones
  * as calls, which moved the cores' cycles by up to 1%). */
@@ -32,6 +62,21 @@ static inline __attribute__((always_inline)) int score_row_dsp(const int8_t *qi,
 static inline __attribute__((always_inline)) int mix_row_dsp(const int8_t *row, const int8_t *vh, int T, int dv,
                                                              int32_t za, int32_t zv, EdgeoscRequant rq, int32_t zo,
                                                              int rounding, int8_t *out);
+/* the linear core: the default head from its keys' bytes (*_d8_dsp), other heads from their terms */
+static inline __attribute__((always_inline)) int linear_update_d8_dsp(const EdgeoscLinearParams *p, int32_t *state,
+                                                                      const EdgeoscLinearKey *a,
+                                                                      const EdgeoscLinearKey *b);
+static inline __attribute__((always_inline)) int linear_step_d8_dsp(const EdgeoscLinearParams *p, int32_t *state,
+                                                                    const EdgeoscLinearKey *a,
+                                                                    const EdgeoscLinearKey *b, const int8_t *q,
+                                                                    int8_t *out);
+static inline __attribute__((always_inline)) int linear_query_dsp(const EdgeoscLinearParams *p, const int32_t *state,
+                                                                  const int8_t *q, int8_t *out);
+static inline __attribute__((always_inline)) int linear_update_dsp(const EdgeoscLinearParams *p, int32_t *state,
+                                                                   const KeyTerms *ta, const KeyTerms *tb);
+static inline __attribute__((always_inline)) int linear_step_dsp(const EdgeoscLinearParams *p, int32_t *state,
+                                                                 const KeyTerms *ta, const KeyTerms *tb,
+                                                                 const int8_t *q, int8_t *out);
 #endif
 
 #if EDGEOSC_NEON
@@ -41,6 +86,10 @@ static inline __attribute__((always_inline)) int score_row_neon(const int8_t *qi
 static inline __attribute__((always_inline)) int mix_row_neon(const int8_t *row, const int8_t *vh, int T, int dv,
                                                               int32_t za, int32_t zv, EdgeoscRequant rq, int32_t zo,
                                                               int rounding, int8_t *out);
+static inline __attribute__((always_inline)) int linear_update_neon(const EdgeoscLinearParams *p, int32_t *state,
+                                                                    const KeyTerms *ta, const KeyTerms *tb);
+static inline __attribute__((always_inline)) int linear_query_neon(const EdgeoscLinearParams *p, const int32_t *state,
+                                                                   const int8_t *q, int8_t *out);
 #endif
 
 #endif /* EDGEOSC_ATTENTION_FAST_H_ */

@@ -1,0 +1,560 @@
+/* The linear oscillator core on the DSP path (Armv7E-M / Armv8-M with the DSP extension): the default head's
+ * update, query and stream step from tables of int16 pairs (in Thumb-2 assembly under EDGEOSC_ASM), other heads in
+ * one pass over the state, and the division by the denominator. The same integers as the reference loops of
+ * edgeosc_attention.c (linear_update_portable, linear_query_portable), bit for bit.
+ * Compiled inside edgeosc_attention.c (it includes this file), not alone. */
+#include "edgeosc_attention_fast.h"
+
+#if EDGEOSC_DSP
+/* divided() over a row for a divider with 1 <= e <= 31 (den in [2^23, 2^53]), its constants in registers, in
+ * 32-bit halves: round(x / 2^e), saturated to int32 where its top word is not the sign of its bottom one (a select,
+ * no branch), times inv and rounded: the rounding 2^(shift - 1) is 2^31 at shift 32 (SMMULR), else its top word
+ * alone, which SMMLA adds exactly; SSAT. */
+static inline __attribute__((always_inline)) void divided_dsp_row(const Divider *dv, const int64_t *num, int n,
+                                                                  int8_t *out, const int top_round) {
+  const int32_t e = dv->e, inv = dv->inv, zp = dv->zp_out, sh = dv->shift - 32, rh = (int32_t)(dv->round >> 32);
+  const uint32_t half = (uint32_t)dv->half; /* e <= 31 */
+  int8_t *const end = out + n;
+  for (; out != end; ++out, ++num) {
+    const uint64_t t = (uint64_t)*num + half;
+    const int32_t hi = (int32_t)(t >> 32), lo = (int32_t)(((uint32_t)t >> e) | ((uint32_t)hi << (32 - e)));
+    const int32_t sat = (hi >> 31) ^ INT32_MAX, y = (hi >> e) != (lo >> 31) ? sat : lo;
+    int32_t r;
+    if (top_round)
+      __asm__("smmla %0, %1, %2, %3" : "=r"(r) : "r"(y), "r"(inv), "r"(rh));
+    else
+      r = edgeosc_smmulr(y, inv);
+    *out = (int8_t)__ssat((r >> sh) + zp, 8);
+  }
+}
+
+/* A query's n outputs num[d] / den: divided_dsp_row where the divider takes it, else divided */
+static inline __attribute__((always_inline)) void divided_row(const Divider *dv, const int64_t *num, int n,
+                                                              int8_t *out) {
+  int d;
+  if (dv->any && dv->e >= 1 && dv->e <= 31 && dv->shift > 32)
+    divided_dsp_row(dv, num, n, out, 1);
+  else if (dv->any && dv->e >= 1 && dv->e <= 31)
+    divided_dsp_row(dv, num, n, out, 0);
+  else
+    for (d = 0; d < n; ++d) out[d] = divided(dv, num[d]);
+}
+
+/* The DSP path: one pass over a head's state that adds keys ta and tb and, for a stream's step (`query`), reads
+ * query q from each updated word as it goes by, so the step loads and stores each word once (a query alone takes
+ * the portable loops: it gains nothing here). `query` is a constant at each call: always_inline specialises both.
+ *
+ * Coupling. With K' = [1, K] and Q' = [c1, Q], the features [1, K_j, K_i K_j (i <= j)] are K'_i K'_j (i <= j) in
+ * the state's order, row by row. Word pair (i, j) takes both keys in one SMLAD each, (K'_a, K'_b)_j against
+ * (K'_a r_a, K'_b r_b)_i (all int16), and feeds h by SMLAL with weight m_i Q'_j: m_0 = 2 (2 c1 Q_j), m_i = 4 past
+ * the diagonal; the diagonal's weight is 2 Q_i^2, and c1^2 (past 32 bits) at (0, 0). A table holds per j the
+ * words {(K'_a, K'_b)_j, Q'_j, x_j for r_0 and r_1, m_j} (ROW_WORDS), then a sentinel pair.
+ *
+ * Readout. After z: each column's rows take (u_a, u_b) against (V_a, V_b) in one SMLAD, the ones column (V = 1,
+ * the denominator) first. Row 0's u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the sum.
+ * Rows past 0 need u in int16 (KeyTerms.fits). A table holds per row {(u_a, u_b), beta}, then a sentinel beta.
+ * The tables sit on the stack, sized for heads up to DSP_MAX_D_HEAD (d_head and d_value) so that the firmware's
+ * stack holds them; wider heads take the portable loops.
+ *
+ * EDGEOSC_ASM takes the value columns two at a time and the coupling's rows in Thumb-2 assembly, as naked
+ * functions: they keep 14 registers whatever the compiler and its options. */
+#define ROW_WORDS 5
+#define DSP_MAX_D_HEAD 16
+#define COUPLING_SENTINEL 0x80008000 /* (K'_a, K'_b) = (-2^15, -2^15): no key's (|K| <= 255) */
+#define READOUT_SENTINEL 0x80000000  /* no beta's (|beta| < 2^25) */
+
+/* Readout columns c0 and c1 (col1 == col for a single column: both loads precede both stores), rows 0.. */
+static inline __attribute__((always_inline)) void readout_columns(int32_t *col, int32_t *col1, int32_t vv0,
+                                                                 int32_t vv1, int stride, const int32_t *ub,
+                                                                 int64_t *n0, int64_t *n1, const int query) {
+  int32_t x0 = (int32_t)((uint32_t)*col + ((uint32_t)__smuad(vv0, ub[0]) << 1)); /* row 0: u / 2, doubled */
+  int32_t x1 = (int32_t)((uint32_t)*col1 + ((uint32_t)__smuad(vv1, ub[0]) << 1));
+  int64_t s0 = 0, s1 = 0;
+  *col = x0, *col1 = x1;
+  if (query) s0 += (int64_t)ub[1] * x0, s1 += (int64_t)ub[1] * x1;
+  for (ub += 2; ub[1] != (int32_t)READOUT_SENTINEL; ub += 2) {
+    col += stride, col1 += stride;
+    x0 = __smlad(vv0, ub[0], *col), x1 = __smlad(vv1, ub[0], *col1);
+    *col = x0, *col1 = x1;
+    if (query) s0 += (int64_t)ub[1] * x0, s1 += (int64_t)ub[1] * x1;
+  }
+  *n0 = s0, *n1 = s1;
+}
+
+/* A coupling feature's two words (against r_0 and r_1): k x (x0, x1) added in one SMLAD each, then weight w times
+ * the sums into h. */
+static inline __attribute__((always_inline)) void coupling_words(int32_t *sc, int32_t k, int32_t x0, int32_t x1,
+                                                                int32_t w, int64_t *h0, int64_t *h1,
+                                                                const int query) {
+  const int32_t s0 = __smlad(k, x0, sc[0]), s1 = __smlad(k, x1, sc[1]);
+  sc[0] = s0, sc[1] = s1;
+  if (query) *h0 += (int64_t)w * s0, *h1 += (int64_t)w * s1;
+}
+
+#if EDGEOSC_ASM
+/* The coupling's rows after (0, 0): row 0 from (0, 1), every other row from its diagonal; words from sc, table t,
+ * h (int64[2]) in and out. r0 sc, r1 the row, r3 the feature, r4 r5 x, r6-r9 h, r10 r11 the words, r12 r2 the
+ * feature's (K'_a, K'_b) and Q' (then the weight), lr m_i. */
+#define COUPLING_WORDS /* s += (K'_a, K'_b) . x for r_0 and r_1, then on to the next pair */                 \
+  "ldrd r10, r11, [r0]\n\tsmlad r10, r12, r4, r10\n\tsmlad r11, r12, r5, r11\n\tstrd r10, r11, [r0], #8\n\t"
+
+/* (naked: its arguments arrive in r0-r2, unnamed in C) */
+__attribute__((naked, noinline)) static void coupling_step_asm(int32_t *sc __attribute__((unused)),
+                                                               const int32_t *t __attribute__((unused)),
+                                                               int64_t *h __attribute__((unused))) {
+  __asm__("push {r2, r4-r11, lr}\n\tldrd r6, r7, [r2]\n\tldrd r8, r9, [r2, #8]\n\t"
+          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tadd r3, r1, #20\n\tb 3f\n"
+          "2:\n\t" /* a row past 0: its diagonal, weight 2 Q_i^2 */
+          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tldrd r12, r2, [r1]\n\t" COUPLING_WORDS
+          "mul r2, r2, r2\n\tlsl r2, r2, #1\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"
+          "add r3, r1, #20\n"
+          "3:\n\t" /* the row's features past the diagonal to the sentinel, weight m_i Q'_j */
+          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbeq 4f\n"
+          "1:\n\t" COUPLING_WORDS
+          "mul r2, lr, r2\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"
+          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbne 1b\n"
+          "4:\n\t" /* the next row, unless it is the sentinel */
+          "add r1, r1, #20\n\tldr r12, [r1]\n\tcmp r12, #0x80008000\n\tbne 2b\n\t"
+          "pop {r2}\n\tstrd r6, r7, [r2]\n\tstrd r8, r9, [r2, #8]\n\tpop {r4-r11, pc}");
+}
+
+/* The value columns two at a time: for each pair, its words from col (col and col + 1, then + stride_bytes a
+ * row), (V_a, V_b) of both from vv, the numerators to num (int64, two a pair). r0 col, r1 the stride, r2 ub,
+ * r3 r4 the words, r5 u then beta, r6-r9 the numerators, r10 r11 the values, r12 the arguments (on the stack). */
+typedef struct {
+  int32_t *col;
+  const int32_t *ub, *vv;
+  int64_t *num;
+  int32_t stride_bytes, pairs;
+} ReadoutPairs;
+
+#define READOUT_ROW /* x += (V_a, V_b) . u, stored, the next row; beta (at ub - 4) */                     \
+  "smlad r3, r10, r5, r3\n\tsmlad r4, r11, r5, r4\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\tldr r5, [r2, #-4]\n\t"
+
+__attribute__((naked, noinline)) static void readout_pairs_step_asm(ReadoutPairs *a __attribute__((unused))) {
+  __asm__("push {r0, r4-r11, lr}\n"
+          "5:\n\t" /* a pair: its arguments, the next pair's written back */
+          "ldr r12, [sp]\n\tldrd r0, r2, [r12]\n\tldr r1, [r12, #16]\n\tldr r3, [r12, #8]\n\t"
+          "ldrd r10, r11, [r3], #8\n\tstr r3, [r12, #8]\n\tadd r3, r0, #8\n\tstr r3, [r12]\n\t"
+          /* row 0: u / 2, the product doubled (SMUAD); the numerators start at its beta's products */
+          "ldrd r3, r4, [r0]\n\tldr r5, [r2], #8\n\tsmuad r6, r10, r5\n\tadd r3, r3, r6, lsl #1\n\t"
+          "smuad r6, r11, r5\n\tadd r4, r4, r6, lsl #1\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\t"
+          "ldr r5, [r2, #-4]\n\tsmull r6, r7, r5, r3\n\tsmull r8, r9, r5, r4\n\t"
+          "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\tbeq 4f\n"
+          "1:\n\t" /* rows past 0 come in pairs (cos and sin): two a trip */
+          "ldrd r3, r4, [r0]\n\t" READOUT_ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t"
+          "ldrd r3, r4, [r0]\n\tldr r5, [r2], #8\n\t" READOUT_ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t"
+          "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\tbne 1b\n"
+          "4:\n\t" /* the numerators out, the next pair */
+          "ldr r12, [sp]\n\tldr r3, [r12, #12]\n\tstrd r6, r7, [r3], #8\n\tstrd r8, r9, [r3], #8\n\t"
+          "str r3, [r12, #12]\n\tldr r3, [r12, #20]\n\tsubs r3, r3, #1\n\tstr r3, [r12, #20]\n\tbne 5b\n\t"
+          "pop {r0, r4-r11, pc}");
+}
+#endif
+
+static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinearParams *p, int32_t *state,
+                                                             const KeyTerms *ta, const KeyTerms *tb, const int8_t *q,
+                                                             int8_t *out, const int query) {
+  const int n = p->d_head + 1, dv = p->d_value, nr = 2 * p->p + 1, stride = dv + 1;
+  int32_t t[ROW_WORDS * (DSP_MAX_D_HEAD + 1) + 1]; /* the coupling's table */
+  int32_t vv[DSP_MAX_D_HEAD + 1];                   /* the columns' (V_a, V_b), V = v - zp_v; (1, 1) */
+  int32_t ub[20], beta[9];                          /* the readout's table */
+  int64_t h[2], num[DSP_MAX_D_HEAD], n0, n1;
+  int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(p->d_head);
+  int32_t i, m, d;
+  Divider div;
+  /* the coupling's table, (0, 0), then the rows */
+  t[0] = 0x00010001, t[1] = query ? p->c1 : 0, t[4] = 2 * t[1];
+  t[2] = edgeosc_pack_bottoms(ta->r0, tb->r0), t[3] = edgeosc_pack_bottoms(ta->r1, tb->r1);
+  for (i = 1; i < n; ++i) {
+    int32_t *const row = t + ROW_WORDS * i;
+    const int32_t ka = ta->K[i - 1], kb = tb->K[i - 1];
+    row[0] = edgeosc_pack_bottoms(ka, kb), row[1] = query ? q[i - 1] - p->zp_q : 0, row[4] = 4 * row[1];
+    row[2] = edgeosc_pack_bottoms(ka * ta->r0, kb * tb->r0), row[3] = edgeosc_pack_bottoms(ka * ta->r1, kb * tb->r1);
+  }
+  t[ROW_WORDS * n] = (int32_t)COUPLING_SENTINEL;
+  coupling_words(state, t[0], t[2], t[3], 0, &h[0], &h[1], 0);
+  h[0] = (int64_t)p->c1 * p->c1 * state[0], h[1] = (int64_t)p->c1 * p->c1 * state[1];
+#if EDGEOSC_ASM
+  if (query)
+    coupling_step_asm(state + 2, t, h);
+  else
+#endif
+  {
+    int32_t *sc = state + 2;
+    for (i = 0; i < n; ++i) {
+      const int32_t *row = t + ROW_WORDS * i, *kj = row + ROW_WORDS, *const end = t + ROW_WORDS * n;
+      if (i) coupling_words(sc, row[0], row[2], row[3], 2 * row[1] * row[1], &h[0], &h[1], query), sc += 2;
+      for (; kj < end; kj += ROW_WORDS, sc += 2)
+        coupling_words(sc, kj[0], row[2], row[3], row[4] * kj[1], &h[0], &h[1], query);
+    }
+  }
+  /* the readout's table, the ones column (the denominator), then the values two at a time */
+  if (query) readout_weights(p, h[0], h[1], beta);
+  ub[0] = edgeosc_pack_bottoms(ta->u[0] >> 1, tb->u[0] >> 1), ub[1] = query ? beta[0] : 0;
+  for (m = 1; m < nr; ++m) ub[2 * m] = edgeosc_pack_bottoms(ta->u[m], tb->u[m]), ub[2 * m + 1] = query ? beta[m] : 0;
+  ub[2 * nr] = 0, ub[2 * nr + 1] = (int32_t)READOUT_SENTINEL;
+  for (d = 0; d < dv; ++d) vv[d] = edgeosc_pack_bottoms(ta->v[d] - p->zp_v, tb->v[d] - p->zp_v);
+  vv[dv] = 0x00010001;
+  readout_columns(sr + dv, sr + dv, vv[dv], vv[dv], stride, ub, &n0, &n1, query);
+  if (query) divider(p, n0, &div);
+#if EDGEOSC_ASM
+  if (query && dv > 1) {
+    ReadoutPairs a;
+    a.col = sr, a.ub = ub, a.vv = vv, a.num = num, a.stride_bytes = 4 * stride, a.pairs = dv / 2;
+    readout_pairs_step_asm(&a);
+  } else
+#endif
+    for (d = 0; d + 1 < dv; d += 2)
+      readout_columns(sr + d, sr + d + 1, vv[d], vv[d + 1], stride, ub, &num[d], &num[d + 1], query);
+  if (dv & 1)
+    readout_columns(sr + dv - 1, sr + dv - 1, vv[dv - 1], vv[dv - 1], stride, ub, &num[dv - 1], &n1, query);
+  if (query) divided_row(&div, num, dv, out);
+}
+
+/* A query alone on the DSP path for the default head (d_head = d_value = 8, p = 4: DH, NR), the portable query's
+ * sums: the coupling's 44 features after (0, 0) each one weight (a table: 2 c1 Q_a, then per row 2 Q_a^2 and
+ * 4 Q_a Q_b) times its two words, the readout three columns a pass over its rows (six int64 sums), the division by
+ * divided_dsp_row. EDGEOSC_ASM runs both loops in Thumb-2 assembly, straight through: runs of loads (LDM, or LDR after
+ * LDR, one cycle a word after the first) then SMLAL, which gcc's own scheduling spreads apart. */
+#define DH 8
+#define NR 9
+#define FEATURES (EDGEOSC_LINEAR_COUPLING(DH) - 1)
+
+#if EDGEOSC_ASM
+/* h (int64[2]) += sum_f w[f] (sc[2f], sc[2f + 1]) over the 44 features: two features a step */
+__attribute__((naked, noinline)) static void coupling_d8_asm(const int32_t *sc __attribute__((unused)),
+                                                             const int32_t *w __attribute__((unused)),
+                                                             int64_t *h __attribute__((unused))) {
+  __asm__("push {r4-r11, lr}\n\tldrd r3, r4, [r2]\n\tldrd r5, r6, [r2, #8]\n\t"
+          ".rept 22\n\t"
+          "ldm r1!, {r7, r8}\n\tldm r0!, {r9, r10, r11, r12}\n\t"
+          "smlal r3, r4, r7, r9\n\tsmlal r5, r6, r7, r10\n\tsmlal r3, r4, r8, r11\n\tsmlal r5, r6, r8, r12\n\t"
+          ".endr\n\t"
+          "strd r3, r4, [r2]\n\tstrd r5, r6, [r2, #8]\n\tpop {r4-r11, pc}");
+}
+
+/* num[d] = sum_m beta[m] col_d[m] for the nine columns of the readout's rows (stride 9 words), three a pass */
+__attribute__((naked, noinline)) static void readout_d8_asm(const int32_t *sr __attribute__((unused)),
+                                                            const int32_t *beta __attribute__((unused)),
+                                                            int64_t *num __attribute__((unused))) {
+  __asm__("push {r4-r11, lr}\n\t"
+          ".rept 3\n\t"
+          "movs r3, #0\n\tmovs r4, #0\n\tmovs r5, #0\n\tmovs r6, #0\n\tmovs r7, #0\n\tmov r8, #0\n\t"
+          ".rept 9\n\t"
+          "ldr r10, [r0, #4]\n\tldr r11, [r0, #8]\n\tldr r9, [r0], #36\n\tldr r12, [r1], #4\n\t"
+          "smlal r3, r4, r12, r9\n\tsmlal r5, r6, r12, r10\n\tsmlal r7, r8, r12, r11\n\t"
+          ".endr\n\t"
+          "strd r3, r4, [r2], #8\n\tstrd r5, r6, [r2], #8\n\tstrd r7, r8, [r2], #8\n\t"
+          "sub r0, r0, #312\n\tsub r1, r1, #36\n\t" /* the next three columns, the rows from the first */
+          ".endr\n\t"
+          "pop {r4-r11, pc}");
+}
+#endif
+
+/* The query's coupling weights w[FEATURES] (2 c1 Q_a, then per row 2 Q_a^2 and 4 Q_a Q_b) */
+static void query_weights_d8(const EdgeoscLinearParams *p, const int8_t *q, int32_t *w) {
+  const int32_t c2 = 2 * p->c1, zq = p->zp_q; /* locals: the stores to w could alias p */
+  int32_t Q2[DH], a, b;
+#pragma GCC unroll 8
+  for (a = 0; a < DH; ++a) Q2[a] = 2 * (q[a] - zq);
+#pragma GCC unroll 8
+  for (a = 0; a < DH; ++a) *w++ = c2 * Q2[a] >> 1;
+#pragma GCC unroll 8
+  for (a = 0; a < DH; ++a) {
+    *w++ = Q2[a] * Q2[a] >> 1; /* a == b: weight 2, a < b: 4 (both orders) */
+#pragma GCC unroll 8
+    for (b = a + 1; b < DH; ++b) *w++ = Q2[a] * Q2[b];
+  }
+}
+
+/* The query from h, its coupling sums past (0, 0): c1^2 times word pair (0, 0), then z, the readout, the division */
+static void query_from_h_d8(const EdgeoscLinearParams *p, const int32_t *state, int64_t *h, int8_t *out) {
+  const int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
+  int32_t beta[NR];
+  int64_t num[DH + 1];
+  Divider div;
+  h[0] += (int64_t)p->c1 * p->c1 * state[0], h[1] += (int64_t)p->c1 * p->c1 * state[1];
+  readout_weights_of(h[0], h[1], beta, 4);
+#if EDGEOSC_ASM
+  readout_d8_asm(sr, beta, num);
+#else
+  {
+    int32_t a, b;
+    for (b = 0; b <= DH; ++b) { /* column b */
+      const int32_t *col = sr + b;
+      int64_t sum = 0;
+      for (a = 0; a < NR; ++a, col += DH + 1) sum += (int64_t)beta[a] * col[0];
+      num[b] = sum;
+    }
+  }
+#endif
+  divider(p, num[DH], &div);
+  divided_row(&div, num, DH, out);
+}
+
+static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
+  int32_t w[FEATURES];
+  int64_t h[2] = {0, 0};
+  query_weights_d8(p, q, w);
+#if EDGEOSC_ASM
+  coupling_d8_asm(state + 2, w, h);
+#else
+  {
+    const int32_t *sc = state + 2;
+    int32_t f;
+    for (f = 0; f < FEATURES; ++f, sc += 2) h[0] += (int64_t)w[f] * sc[0], h[1] += (int64_t)w[f] * sc[1];
+  }
+#endif
+  query_from_h_d8(p, state, h, out);
+}
+
+/* Two keys into the state on the DSP path for the default head, linear_pass's sums (query 0) unrolled: each
+ * coupling word one SMLAD of K'_j against K'_i r, each readout word one SMLAD of (V_a, V_b) against (u_a, u_b).
+ * C packs the pairs into a table (UPDATE_WORDS: kp, x0, x1 per coupling row, vv per readout column, u per readout
+ * row); the sums read it. */
+enum { UPDATE_KP = 0, UPDATE_X0 = DH + 1, UPDATE_X1 = 2 * (DH + 1), UPDATE_VV = 3 * (DH + 1),
+       UPDATE_U = 4 * (DH + 1), UPDATE_WORDS = 4 * (DH + 1) + NR };
+
+#if EDGEOSC_ASM
+/* The update's sums in Thumb-2 assembly, every state word loaded, summed and stored once, with the pairs each word
+ * takes held in registers (gcc spills them). Coupling: row i's (x0_i, x1_i) in r10, r11, K'_1..K'_8 in r2-r9
+ * (K'_0 = (1, 1) by SXTAH and ASR #16), each word pair loaded, two SMLAD, stored. */
+__attribute__((naked, noinline)) static void update_coupling_d8_asm(int32_t *state __attribute__((unused)),
+                                                                    const int32_t *t __attribute__((unused))) {
+  __asm__(".macro edgeosc_pairs kp, rest:vararg\n\t" /* a coupling row's word pairs, K'_j in \kp */
+          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "smlad r12, \\kp, r10, r12\n\tsmlad lr, \\kp, r11, lr\n\t"
+          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
+          ".ifnb \\rest\n\tedgeosc_pairs \\rest\n\t.endif\n\t"
+          ".endm\n\t"
+          ".macro edgeosc_row i, kps:vararg\n\t"
+          "ldr r10, [r1, #36 + 4 * \\i]\n\tldr r11, [r1, #72 + 4 * \\i]\n\t"
+          "edgeosc_pairs \\kps\n\t"
+          ".endm\n\t"
+          "push {r4-r11, lr}\n\t"
+          "add r12, r1, #4\n\tldm r12, {r2-r9}\n\t"
+          "ldr r10, [r1, #36]\n\tldr r11, [r1, #72]\n\t" /* row 0: (0, 0) adds r itself */
+          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "sxtah r12, r12, r10\n\tadd r12, r12, r10, asr #16\n\tsxtah lr, lr, r11\n\tadd lr, lr, r11, asr #16\n\t"
+          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
+          "edgeosc_pairs r2, r3, r4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 1, r2, r3, r4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 2, r3, r4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 3, r4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 4, r5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 5, r6, r7, r8, r9\n\t"
+          "edgeosc_row 6, r7, r8, r9\n\t"
+          "edgeosc_row 7, r8, r9\n\t"
+          "edgeosc_row 8, r9\n\t"
+          "pop {r4-r11, pc}\n\t"
+          ".purgem edgeosc_row\n\t.purgem edgeosc_pairs");
+}
+
+/* The readout's sums (sr: the readout rows): u_0..u_8 in r2-r10, column by column, row 0's halved u doubled */
+__attribute__((naked, noinline)) static void update_readout_d8_asm(int32_t *sr __attribute__((unused)),
+                                                                   const int32_t *t __attribute__((unused))) {
+  __asm__(".macro edgeosc_rows m, ua, ub\n\t" /* a readout column's words in rows m, m + 1 */
+          "ldr r12, [r0, #36 * \\m]\n\tldr lr, [r0, #36 * \\m + 36]\n\t"
+          "smlad r12, r11, \\ua, r12\n\tsmlad lr, r11, \\ub, lr\n\t"
+          "str r12, [r0, #36 * \\m]\n\tstr lr, [r0, #36 * \\m + 36]\n\t"
+          ".endm\n\t"
+          "push {r4-r11, lr}\n\t"
+          "add r12, r1, #144\n\tldm r12, {r2-r10}\n\tadd r1, r1, #108\n\t" /* u, then vv from r1 */
+          ".rept 9\n\t"
+          "ldr r11, [r1], #4\n\tldr r12, [r0]\n\tsmuad lr, r11, r2\n\tadd r12, r12, lr, lsl #1\n\tstr r12, [r0]\n\t"
+          "edgeosc_rows 1, r3, r4\n\tedgeosc_rows 3, r5, r6\n\tedgeosc_rows 5, r7, r8\n\tedgeosc_rows 7, r9, r10\n\t"
+          "add r0, r0, #4\n\t"
+          ".endr\n\t"
+          "pop {r4-r11, pc}\n\t"
+          ".purgem edgeosc_rows");
+}
+
+/* A stream step's coupling: each word pair (i, j) takes both keys (SMLAD of K'_j, loaded, against x0_i, x1_i)
+ * and, updated, feeds h (int64[2], from its features past (0, 0)) by SMLAL with the query's weight, so each word
+ * is loaded and stored once for the update and the query together. The weights from qv = [c1, 2 Q_0..2 Q_7]
+ * (passed at qv + 1) as each pair goes by: row i's multiplier qv[i] in r3 (c1, then 2 Q_a) times 2 Q_b
+ * (2 c1 Q_b in row 0, 4 Q_a Q_b past the diagonal), on the diagonal (2 Q_a)^2 / 2. */
+__attribute__((naked, noinline)) static void step_coupling_d8_asm(int32_t *state __attribute__((unused)),
+                                                                  const int32_t *t __attribute__((unused)),
+                                                                  const int32_t *qv __attribute__((unused)),
+                                                                  int64_t *h __attribute__((unused))) {
+  __asm__(".macro edgeosc_step_sums\n\t" /* the pair's update, then h by its weight r11 */
+          "smlad r12, r10, r4, r12\n\tsmlad lr, r10, r5, lr\n\t"
+          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
+          "smlal r6, r7, r11, r12\n\tsmlal r8, r9, r11, lr\n\t"
+          ".endm\n\t"
+          ".macro edgeosc_step_pair\n\t"
+          "ldr r10, [r1], #4\n\tldr r11, [r2], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "mul r11, r11, r3\n\tedgeosc_step_sums\n\t"
+          ".endm\n\t"
+          "push {r3-r11, lr}\n\t"
+          "ldrd r6, r7, [r3]\n\tldrd r8, r9, [r3, #8]\n\t"
+          "ldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\t" /* row 0: (0, 0) adds r itself (h takes it in C) */
+          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
+          "sxtah r12, r12, r4\n\tadd r12, r12, r4, asr #16\n\tsxtah lr, lr, r5\n\tadd lr, lr, r5, asr #16\n\t"
+          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
+          "add r1, r1, #4\n\tldr r3, [r2, #-4]\n\t"
+          ".rept 8\n\tedgeosc_step_pair\n\t.endr\n\t"
+          /* row i: K' from t + i, (x0_i, x1_i) 9 and 18 words on, 2 Q_b from qv + i + 1 */
+          ".irp i, 1, 2, 3, 4, 5, 6, 7, 8\n\t"
+          "sub r1, r1, #4 * (9 - \\i)\n\tsub r2, r2, #4 * (8 - \\i)\n\t"
+          "ldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\tldr r3, [r2, #-4]\n\t"
+          "ldr r10, [r1], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t" /* the diagonal */
+          "mul r11, r3, r3\n\tasr r11, r11, #1\n\tedgeosc_step_sums\n\t"
+          ".rept 8 - \\i\n\tedgeosc_step_pair\n\t.endr\n\t"
+          ".endr\n\t"
+          "ldr r3, [sp]\n\tstrd r6, r7, [r3]\n\tstrd r8, r9, [r3, #8]\n\t"
+          "pop {r3-r11, pc}\n\t"
+          ".purgem edgeosc_step_pair\n\t.purgem edgeosc_step_sums");
+}
+#endif
+
+/* Eight int8 values of keys a and b less the zero point (zp2 in both halves) as int16 pairs (x_a, x_b) */
+static inline __attribute__((always_inline)) void pairs_of8(const int8_t *a, const int8_t *b, int32_t zp2,
+                                                            int32_t *out) {
+  int w;
+#pragma GCC unroll 2
+  for (w = 0; w < 8; w += 4) {
+    const int32_t wa = edgeosc_read4(a + w), wb = edgeosc_read4(b + w);
+    const int32_t ea = __sxtb16(wa), eb = __sxtb16(wb), oa = edgeosc_sxtb16_ror8(wa), ob = edgeosc_sxtb16_ror8(wb);
+    out[w] = __ssub16(edgeosc_pack_bottoms(ea, eb), zp2);
+    out[w + 1] = __ssub16(edgeosc_pack_bottoms(oa, ob), zp2);
+    out[w + 2] = __ssub16(edgeosc_pack_tops(ea, eb), zp2);
+    out[w + 3] = __ssub16(edgeosc_pack_tops(oa, ob), zp2);
+  }
+}
+
+/* The update's table for keys a and b (b may be NULL: a key whose terms are all 0) straight from their bytes,
+ * the terms of key_terms_of already in pairs. Returns 0 where a readout coefficient leaves int16 (the portable
+ * loops take those keys). */
+static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey *a, const EdgeoscLinearKey *b,
+                           int32_t *t) {
+  int8_t none_k[DH], none_v[DH];
+  const int8_t none_r[2] = {0, 0};
+  EdgeoscLinearKey none;
+  int32_t ua[NR], ub[NR], rr0, rr1, i, m;
+  if (!b) { /* k and v at their zero points, no anchor, no gate */
+    for (i = 0; i < DH; ++i) none_k[i] = (int8_t)p->zp_k, none_v[i] = (int8_t)p->zp_v;
+    none.k = none_k, none.v = none_v, none.r = none_r, none.gate = 0, none.sign = 1;
+    b = &none;
+  }
+  if (!readout_terms(a, ua, 4) || !readout_terms(b, ub, 4)) return 0;
+  /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
+  t[UPDATE_U] = edgeosc_pack_bottoms(ua[0] >> 1, ub[0] >> 1);
+#pragma GCC unroll 8
+  for (m = 1; m < NR; ++m) t[UPDATE_U + m] = edgeosc_pack_bottoms(ua[m], ub[m]);
+  t[UPDATE_KP] = 0x00010001;
+  pairs_of8(a->k, b->k, edgeosc_pair(p->zp_k), t + UPDATE_KP + 1);
+  rr0 = edgeosc_pack16(a->sign * a->r[0], b->sign * b->r[0]);
+  rr1 = edgeosc_pack16(a->sign * a->r[1], b->sign * b->r[1]);
+  t[UPDATE_X0] = rr0, t[UPDATE_X1] = rr1;
+#pragma GCC unroll 8
+  for (i = 1; i <= DH; ++i) { /* K r in int16: |K| <= 255, |r| <= 128 */
+    const int32_t kp = t[UPDATE_KP + i];
+    t[UPDATE_X0 + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr0, (kp >> 16) * (rr0 >> 16));
+    t[UPDATE_X1 + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr1, (kp >> 16) * (rr1 >> 16));
+  }
+  pairs_of8(a->v, b->v, edgeosc_pair(p->zp_v), t + UPDATE_VV);
+  t[UPDATE_VV + DH] = 0x00010001;
+  return 1;
+}
+
+/* The table's sums into the state */
+static void update_sums_d8(int32_t *state, const int32_t *t) {
+#if EDGEOSC_ASM
+  update_coupling_d8_asm(state, t);
+  update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
+#else
+  {
+    int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH), i, j, m, d;
+#pragma GCC unroll 9
+    for (i = 0; i <= DH; ++i)
+#pragma GCC unroll 9
+      for (j = i; j <= DH; ++j, sc += 2) {
+        const int32_t s0 = sc[0], s1 = sc[1];
+        sc[0] = __smlad(t[UPDATE_KP + j], t[UPDATE_X0 + i], s0);
+        sc[1] = __smlad(t[UPDATE_KP + j], t[UPDATE_X1 + i], s1);
+      }
+#pragma GCC unroll 9
+    for (d = 0; d <= DH; ++d)
+      sr[d] = (int32_t)((uint32_t)sr[d] + ((uint32_t)__smuad(t[UPDATE_VV + d], t[UPDATE_U]) << 1));
+#pragma GCC unroll 8
+    for (m = 1; m < NR; ++m) {
+      int32_t *row = sr + m * (DH + 1);
+#pragma GCC unroll 9
+      for (d = 0; d <= DH; ++d) row[d] = __smlad(t[UPDATE_VV + d], t[UPDATE_U + m], row[d]);
+    }
+  }
+#endif
+}
+
+/* A stream's step on the default head from its update table: the update then query q (out [DH]); in assembly the
+ * coupling's update and the query's sums in one pass */
+static void step_d8(const EdgeoscLinearParams *p, int32_t *state, const int32_t *t, const int8_t *q, int8_t *out) {
+#if EDGEOSC_ASM
+  int32_t qv[DH + 1], a;
+  int64_t h[2] = {0, 0};
+  qv[0] = p->c1;
+#pragma GCC unroll 8
+  for (a = 0; a < DH; ++a) qv[a + 1] = 2 * (q[a] - p->zp_q);
+  step_coupling_d8_asm(state, t, qv + 1, h);
+  update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
+  query_from_h_d8(p, state, h, out);
+#else
+  update_sums_d8(state, t);
+  linear_query_d8(p, state, q, out);
+#endif
+}
+
+/* The entry points. Keys a and b (b may be NULL) into the default head's state straight from their bytes; 0: another
+ * head, or keys whose readouts leave int16 (they take the portable loops) */
+static inline int linear_update_d8_dsp(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                                       const EdgeoscLinearKey *b) {
+  int32_t t[UPDATE_WORDS];
+  if (!default_head(p) || !update_table_d8(p, a, b, t)) return 0;
+  update_sums_d8(state, t);
+  return 1;
+}
+
+/* A stream's step on the default head: keys a and b (b may be NULL) in, then query q; 0 as linear_update_d8_dsp */
+static inline int linear_step_d8_dsp(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                                     const EdgeoscLinearKey *b, const int8_t *q, int8_t *out) {
+  int32_t t[UPDATE_WORDS];
+  if (!default_head(p) || !update_table_d8(p, a, b, t)) return 0;
+  step_d8(p, state, t, q, out);
+  return 1;
+}
+
+/* A query alone on the default head; 0: another head (the portable query: the pass gains it nothing) */
+static inline int linear_query_dsp(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
+  if (!default_head(p)) return 0;
+  linear_query_d8(p, state, q, out);
+  return 1;
+}
+#undef DH
+#undef NR
+#undef FEATURES
+
+/* Whether the DSP pass takes these keys (else the portable loops): readouts in int16, the head in its tables. */
+static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyTerms *tb) {
+  return ta->fits && tb->fits && p->d_head <= DSP_MAX_D_HEAD && p->d_value <= DSP_MAX_D_HEAD;
+}
+
+/* Key terms ta and tb into the state in one pass (linear_pass), for the heads linear_update_d8_dsp does not take (the
+ * default head's keys that failed there fail here too); 0: the portable loops */
+static inline int linear_update_dsp(const EdgeoscLinearParams *p, int32_t *state, const KeyTerms *ta,
+                                    const KeyTerms *tb) {
+  if (!dsp_pass(p, ta, tb)) return 0;
+  linear_pass(p, state, ta, tb, 0, 0, 0);
+  return 1;
+}
+
+/* A stream's step from key terms: the update and query q in one pass; 0: the portable loops */
+static inline int linear_step_dsp(const EdgeoscLinearParams *p, int32_t *state, const KeyTerms *ta, const KeyTerms *tb,
+                                  const int8_t *q, int8_t *out) {
+  if (!dsp_pass(p, ta, tb)) return 0;
+  linear_pass(p, state, ta, tb, q, out, 1);
+  return 1;
+}
+#endif
