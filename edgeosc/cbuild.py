@@ -74,7 +74,8 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     cmd = list(cc or [compiler()])
     base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), compiler_target(tuple(cmd)), *flags]).encode())
     # the headers of -I flags' folders too (bench.estimate.build passes a generated firmware's folder so), those beside
-    # each source, and the files of their subfolders (kernels/dsp/*.c compile inside edgeosc_ops.c)
+    # each source, and the files of their subfolders (kernels/dsp/*.c and kernels/neon/*.c compile inside edgeosc_ops.c
+    # and edgeosc_attention.c)
     searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I")), *(p.parent for p in sources)]
     for p in sorted({p for d in searched for p in (*d.glob("*.h"), *d.glob("*/*.[ch]"))}):
         base.update(p.name.encode() + b"\0" + p.read_bytes())

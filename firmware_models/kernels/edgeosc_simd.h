@@ -116,7 +116,7 @@ static inline void edgeosc_copy_bytes(int8_t *to, const int8_t *from, int32_t n)
   for (; i < n; ++i) to[i] = from[i];
 }
 
-/* EDGEOSC_ASM: the DSP path's matrix-product loops in Thumb-2 assembly (edgeosc_ops.c). They hold 13 registers,
+/* EDGEOSC_ASM: the DSP path's innermost loops in Thumb-2 assembly (the files in dsp/). They hold 13 or 14 registers,
  * which an unoptimised build cannot give (gcc -O0 keeps r7 as its frame pointer), so such builds, and any with
  * EDGEOSC_NO_ASM, take the same loops in C (same integers, about a third slower). */
 #if EDGEOSC_DSP && defined(__OPTIMIZE__) && !defined(EDGEOSC_NO_ASM)
