@@ -52,7 +52,7 @@ def float_linear(pq, scales, q, k, v, r, g):
     return np.clip(np.round(out / scales["out"]) + pq.zp["out"], -128, 127)
 
 
-@pytest.mark.parametrize("p", [1, 2, 3, 4])
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6, 8])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("gated", [False, True])
 def test_c_equals_reference_and_float(p, causal, gated):
@@ -63,7 +63,9 @@ def test_c_equals_reference_and_float(p, causal, gated):
     want = R.linear_core_int8(pq, *x)
     assert np.array_equal(ck.linear_core(pq, *x), want)
     diff = np.abs(want.astype(int) - float_linear(pq, SCALES, *x))
-    assert diff.max() <= 1 and diff.mean() < 0.1, (diff.max(), diff.mean())
+    # z is int8 at 1/128: a sharper readout (p > 4) turns its step into more of out's, most where a causal query
+    # reads one or two keys
+    assert diff.max() <= (1 if p <= 4 else 3) and diff.mean() < (0.1 if p <= 4 else 0.2), (diff.max(), diff.mean())
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 17, 5, 7), (1, 196, 16, 16)])
@@ -75,14 +77,15 @@ def test_other_shapes(shape):
     assert np.array_equal(ck.linear_core(pq, *x), R.linear_core_int8(pq, *x))
 
 
+@pytest.mark.parametrize("p", [4, R.LINEAR_P[1]])
 @pytest.mark.parametrize("gated", [False, True])
-def test_worst_case_bounds_at_196_tokens(gated):
+def test_worst_case_bounds_at_196_tokens(gated, p):
     """Inputs at their extremes, the largest coupling coefficient: no int32 state wraps, no int64 overflows."""
     H, T, dh, dv = 1, 196, 8, 8
     x = case(None, H, T, dh, dv, gated, extreme=True)
     zp = dict(q=127, k=127, v=127, g=-128, out=0)
     scales = dict(q=4e-3, k=4e-3, v=1.0, out=3.0)
-    pq = R.linear_quant_from_scales(scales, dh, 4, zp)
+    pq = R.linear_quant_from_scales(scales, dh, p, zp)
     assert pq.c1 > 3e5  # near the top of LINEAR_C1
     sc, sr = R.linear_state(*x, pq)
     sc64, sr64 = (np.cumsum(f, 1)[:, -1] for f in R.linear_key_features(*x[1:], pq))  # unwrapped sums
@@ -250,7 +253,7 @@ def test_float_core_without_weight_on_any_key_gives_zero_and_a_finite_gradient()
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(p=5), "p = 5 is out of range"),
+    (dict(p=9), "p = 9 is out of range"),
     (dict(p=0), "p = 0 is out of range"),
     (dict(scales=dict(SCALES, q=1.0, k=1.0)), "coupling coefficient"),
     (dict(scales=dict(SCALES, q=1e-5)), "coupling coefficient"),
@@ -266,7 +269,7 @@ def test_c_refuses_what_it_cannot_compute():
     rng = np.random.default_rng(0)
     pq = R.linear_quant_from_scales(SCALES, 4, 4, ZP)
     x = case(rng, 1, 4, 4, 4, gated=False)
-    for field, bad in (("p", 5), ("c1", 15), ("c1", 1 << 20)):
+    for field, bad in (("p", 9), ("c1", 15), ("c1", 1 << 20)):
         wrong = R.LinearQuant(**{**vars(pq), field: bad})
         with pytest.raises(ValueError, match="rejected"):
             ck.linear_core(wrong, *x)
@@ -371,8 +374,8 @@ def test_custom_op_streams_as_the_windowed_core(gated):
 def test_custom_op_refuses_bad_linear_settings():
     from edgeosc.export.tflite import custom_op as tflite_op
 
-    with pytest.raises(ValueError, match="p in 1..4"):
-        tflite_op.custom_options(form="linear", p=5)
+    with pytest.raises(ValueError, match="p in 1..8"):
+        tflite_op.custom_options(form="linear", p=9)
     rng = np.random.default_rng(0)
     xs = list(case(rng, 1, 4, 4, 4, gated=False)[:4])
     with pytest.raises(RuntimeError, match="bad custom options"):  # a window that is not causal

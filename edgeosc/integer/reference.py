@@ -482,7 +482,8 @@ def softmax_core_int8(p: SoftmaxQuant, q, k, v, return_all: bool = False):
 # [v_j, 1]. A query contracts them with its own coefficients in int64. Keys enter the state in any order and
 # leave it by subtraction (two's-complement sums wrap and unwrap exactly): what a stream carries between frames.
 
-LINEAR_P = (1, 4)  # the readout's powers with the kernel's int64 bounds (weights 2^p a_m <= 112)
+LINEAR_P = (1, 8)  # the readout's powers the kernel's int64 sums hold: its weights 2^p a_m sum to 4^p, so a query's
+# numerators stay below 196 keys x 2^8 x 2^15 x 4^p x 2^15 = 2^(45.6 + 2p), 2^61.6 at p = 8
 LINEAR_C1 = (16, 1 << 20)  # coupling coefficients round(2 / s) the bounds hold for (and taylor2 within 3%)
 Q15 = 1 << 15
 UNGATED = 256  # a key's gate without the key gate: the readout's features stay Q15
@@ -609,7 +610,7 @@ def linear_query(q, state_c, state_r, pq: LinearQuant, return_all: bool = False)
     w = _i64(readout_weights(pq.p))
     beta = np.concatenate([np.broadcast_to(w[0] * Q15, z.shape[:-1] + (1,)),
                            harmonics_q15(z, pq.p) * np.repeat(w[1:], 2)], -1)
-    nd = np.einsum("...f,...fd->...d", beta, _i64(state_r))  # numerators and the denominator, < 2^57
+    nd = np.einsum("...f,...fd->...d", beta, _i64(state_r))  # numerators and the denominator (LINEAR_P)
     out = linear_divide(nd[..., :-1], nd[..., -1:], pq)
     return (out, dict(h=h, z=z, nd=nd)) if return_all else out
 

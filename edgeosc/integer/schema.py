@@ -146,7 +146,7 @@ LINEAR = Core("EdgeoscLinearParams", (
     _f("tokens", "int32", "T: tokens (queries = keys)", "shape"),
     _f("d_head", "int32", "q and k's last dim", "shape"),
     _f("d_value", "int32", "v and out's last dim", "shape"),
-    _f("p", "int32", "the readout's power, 1..4", "const"),
+    _f("p", "int32", "the readout's power, 1..8", "const"),
     _f("causal", "int32", "1: query i reads keys j <= i (prefix sums)", "const"),
     _f("window", "int32", "W > 0 (causal): keys j in (i - W, i] only, a stream's sliding window", "const"),
     _zp("q", "input zero points (r is a unit vector at 1/128, 0)", "input"),

@@ -8,7 +8,7 @@
  * Prepare computes every requantization multiplier from the float32 scales exactly as the builtin ops'
  * Prepare would, so invoke (edgeosc_oscillator_core_int8) is bit-exact with the builtin chain.
  * Option form "linear" runs the linear core instead (edgeosc_linear_core_int8; d_osc 2, taylor2): inputs q, k,
- * v, r (1/128, 0) and optionally the unit gates g [.., H, 1, T]; options p (1..4, required), causal, window
+ * v, r (1/128, 0) and optionally the unit gates g [.., H, 1, T]; options p (1..8, required), causal, window
  * and turn (the anchors' turn a frame per head, uint16 little-endian steps of 2^-16 turns: a blob); no points,
  * no tables: Prepare derives its two constants from the tensors' scales, as edgeosc/integer/reference.py
  * linear_quant_from_scales does. With option stream 1 (a window) the op is one step of a stream
@@ -349,7 +349,7 @@ static int parse_linear(OpData *d, const Flex *f, const FlexRef *root) {
   FlexRef v;
   const uint8_t *t;
   size_t n, i;
-  if (!opt_number(f, root, "p", 1, 4, &p) || !p || !opt_number(f, root, "causal", 0, 1, &causal) ||
+  if (!opt_number(f, root, "p", 1, 8, &p) || !p || !opt_number(f, root, "causal", 0, 1, &causal) ||
       !opt_number(f, root, "window", 0, 1 << 20, &window) || (window && !causal) ||
       !opt_number(f, root, "heads", 1, 1 << 20, &heads) || !opt_number(f, root, "d_osc", 2, 2, &d_osc) ||
       !opt_number(f, root, "stream", 0, 1, &stream) || (stream && !window))
@@ -437,7 +437,7 @@ static void *op_init(TfLiteContext *context, const char *buffer, size_t length) 
   (void)context;
   if (d && !parse_options(d, (const uint8_t *)buffer, length))
     d->error = "EdgeOscAttention: bad custom options (need <point>_scale for qk w h zr c sum inv a; form linear: "
-               "p in 1..4, causal 0/1, window >= 0 (causal), d_osc 2, turn a blob of uint16 (<= 64 heads), "
+               "p in 1..8, causal 0/1, window >= 0 (causal), d_osc 2, turn a blob of uint16 (<= 64 heads), "
                "stream 0/1 (with a window))";
   return d;
 }

@@ -259,7 +259,7 @@ static int32_t sat32(int64_t x) { return (int32_t)(x < INT32_MIN ? INT32_MIN : x
 /* A key's readout coefficients u[0..2p] (KeyTerms.u); returns whether u[1..2p] fit int16. */
 static inline __attribute__((always_inline)) int readout_terms(const EdgeoscLinearKey *key, int32_t *u,
                                                                const int pp) {
-  int32_t harm[8], m;
+  int32_t harm[2 * EDGEOSC_LINEAR_MAX_P], m;
   uint32_t spill = 0;
   harmonics_q15(key->r, pp, harm);
   u[0] = key->sign * key->gate * 128;
@@ -277,7 +277,7 @@ static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLine
   int32_t m, a;
   if (!key) {
     for (a = 0; a < dh; ++a) t->K[a] = 0;
-    for (m = 0; m < 9; ++m) t->u[m] = 0;
+    for (m = 0; m < EDGEOSC_LINEAR_ROWS(pp); ++m) t->u[m] = 0;
     t->r0 = t->r1 = 0, t->v = any_v, t->fits = 1;
     return;
   }
@@ -349,11 +349,14 @@ static int32_t shift_round64_high(int64_t x, int e) {
  * TFLite's L2 norm (h = 0: z = 0). */
 static inline __attribute__((always_inline)) void readout_weights_of(int64_t h0, int64_t h1, int32_t *beta,
                                                                      const int pp) {
-  static const int32_t kWeights[5][5] = {{0}, {2, 2}, {6, 8, 2}, {20, 30, 12, 2}, {70, 112, 56, 16, 2}};
+  static const int32_t kWeights[EDGEOSC_LINEAR_MAX_P + 1][EDGEOSC_LINEAR_MAX_P + 1] = { /* C(2p, p - m) (x2, m > 0) */
+      {0}, {2, 2}, {6, 8, 2}, {20, 30, 12, 2}, {70, 112, 56, 16, 2}, {252, 420, 240, 90, 20, 2},
+      {924, 1584, 990, 440, 132, 24, 2}, {3432, 6006, 4004, 2002, 728, 182, 28, 2},
+      {12870, 22880, 16016, 8736, 3640, 1120, 240, 32, 2}};
   const int32_t *w = kWeights[pp];
   const uint64_t a0 = (uint64_t)(h0 < 0 ? -h0 : h0), a1 = (uint64_t)(h1 < 0 ? -h1 : h1);
   const int e = bitlen64(a0 > a1 ? a0 : a1) - 14;
-  int32_t hh[2], harm[8], m;
+  int32_t hh[2], harm[2 * EDGEOSC_LINEAR_MAX_P], m;
   int8_t z[2];
   hh[0] = (int32_t)shift_round64(h0, e);
   hh[1] = (int32_t)shift_round64(h1, e);
@@ -395,7 +398,7 @@ static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *s
   const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
   const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh);
   int64_t h0, h1, den;
-  int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[9], a, m, d;
+  int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_MAX_P)], a, m, d;
   Divider div;
 #if EDGEOSC_NEON
   if (linear_query_neon(p, state, q, out)) return;
@@ -533,7 +536,7 @@ static EdgeoscLinearKey head_key(const EdgeoscLinearParams *p, int hd, const int
 
 static int linear_params_ok(const EdgeoscLinearParams *p) {
   return p->tokens > 0 && p->d_head > 0 && p->d_head <= EDGEOSC_LINEAR_MAX_D_HEAD && p->d_value > 0 &&
-         p->heads > 0 && p->p >= 1 && p->p <= 4 && p->rq_out.shift >= -10 && p->rq_out.shift <= 20 &&
+         p->heads > 0 && p->p >= 1 && p->p <= EDGEOSC_LINEAR_MAX_P && p->rq_out.shift >= -10 && p->rq_out.shift <= 20 &&
          p->c1 >= 16 && p->c1 < (1 << 20) /* the int64 bounds' ranges */ && p->window >= 0 &&
          (!p->window || p->causal);
 }

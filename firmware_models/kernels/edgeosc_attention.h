@@ -125,7 +125,7 @@ typedef struct {
   int32_t tokens;                       /* T: tokens (queries = keys) */
   int32_t d_head;                       /* q and k's last dim */
   int32_t d_value;                      /* v and out's last dim */
-  int32_t p;                            /* the readout's power, 1..4 */
+  int32_t p;                            /* the readout's power, 1..8 */
   int32_t causal;                       /* 1: query i reads keys j <= i (prefix sums) */
   int32_t window;                       /* W > 0 (causal): keys j in (i - W, i] only, a stream's sliding window */
   int32_t zp_q;                         /* input zero points (r is a unit vector at 1/128, 0) */
@@ -156,6 +156,9 @@ typedef struct {
 
 /* d_head's bound (the update's and query's arrays on the stack) */
 #define EDGEOSC_LINEAR_MAX_D_HEAD 32
+/* p's bound: the readout's weights 2^p a_m sum to 4^p, so a query's int64 sums stay below 2^(45.6 + 2p) */
+#define EDGEOSC_LINEAR_MAX_P 8
+#define EDGEOSC_LINEAR_ROWS(p) (2 * (p) + 1) /* the readout's rows: 1, cos m f, sin m f for m = 1..p */
 
 /** One key of one head: k [d_head], v [d_value], r [2], gate = g - zp_g (256 without the key gate), sign 1 to add
  * it to the state, -1 to remove it. */

@@ -24,7 +24,7 @@ static int8_t clamp8(int32_t y);
  * [1, cos m f, sin m f] in Q15, over 2^8; row 0: gate x 128). A missing key: every term 0. */
 typedef struct {
   int16_t K[EDGEOSC_LINEAR_MAX_D_HEAD];
-  int32_t r0, r1, u[9], fits; /* fits: u[1..2p] in int16 (the DSP pass pairs them) */
+  int32_t r0, r1, u[EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_MAX_P)], fits; /* fits: u[1..2p] in int16 (the DSP pass pairs them) */
   const int8_t *v;
 } KeyTerms;
 

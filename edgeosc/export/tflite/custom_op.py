@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...integer.reference import ZP_DEFAULT
+from ...integer.reference import LINEAR_P, ZP_DEFAULT
 from ...integer.schema import GATE_POINTS, OSC, POINTS  # noqa: F401  (the core's internal quantization points)
 from ...runtime.custom_op import OP_NAME  # noqa: F401  (the op's name, with its options)
 
@@ -47,8 +47,8 @@ def custom_options(**attrs) -> bytes:
     from flatbuffers import flexbuffers
 
     linear = attrs.get("form", "direct") == "linear"
-    if linear and not 1 <= attrs.get("p", 0) <= 4:
-        raise ValueError(f"custom_options: form 'linear' needs p in 1..4, not {attrs.get('p')}")
+    if linear and not LINEAR_P[0] <= attrs.get("p", 0) <= LINEAR_P[1]:
+        raise ValueError(f"custom_options: form 'linear' needs p in {LINEAR_P[0]}..{LINEAR_P[1]}, not {attrs.get('p')}")
     if attrs.get("turn") is not None:  # one uint16 a head, a blob
         turn = np.asarray(attrs["turn"])
         if not linear or turn.ndim != 1 or not 1 <= len(turn) <= 64 or turn.min() < 0 or turn.max() >= 1 << 16:

@@ -158,7 +158,8 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
   const int n = p->d_head + 1, dv = p->d_value, nr = 2 * p->p + 1, stride = dv + 1;
   int32_t t[ROW_WORDS * (DSP_MAX_D_HEAD + 1) + 1]; /* the coupling's table */
   int32_t vv[DSP_MAX_D_HEAD + 1];                   /* the columns' (V_a, V_b), V = v - zp_v; (1, 1) */
-  int32_t ub[20], beta[9];                          /* the readout's table */
+  int32_t ub[2 * EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_MAX_P) + 2]; /* the readout's table */
+  int32_t beta[EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_MAX_P)];
   int64_t h[2], num[DSP_MAX_D_HEAD], n0, n1;
   int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(p->d_head);
   int32_t i, m, d;

@@ -114,7 +114,7 @@ static inline int linear_query_neon(const EdgeoscLinearParams *p, const int32_t 
   const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
   const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh);
   int64_t h0, h1, den;
-  int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[9], a, m, d;
+  int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_MAX_P)], a, m, d;
   Divider div;
   for (a = 0; a < dh; ++a) Q[a] = q[a] - p->zp_q;
   h0 = (int64_t)p->c1 * p->c1 * sc[0];
