@@ -132,14 +132,15 @@ def test_streaming_linear_core_is_exact_on_both_paths(gated, tmp_path):
     assert dsp < in_c < portable, (dsp, in_c, portable)
 
 
-@pytest.mark.parametrize("gated", [True, False])
-def test_default_head_streams_exactly_on_its_unrolled_path(gated, tmp_path):
-    """The default head (d_head = d_value = 8, p = 4) takes an unrolled update and query of its own on the DSP
-    path: every hop's outputs against the integer reference over its window (linear_hop_cycles), its query's loops
-    in assembly and in C (EDGEOSC_NO_ASM), each faster than the one after it."""
-    kw = dict(core="cortex-m4", heads=2, d_head=8, p=4, gated=gated)
-    dsp = E.linear_hop_cycles(**kw, work_dir=tmp_path / "dsp")
-    in_c = E.linear_hop_cycles(**kw, work_dir=tmp_path / "c", flags=(*E.CFLAGS, "-DEDGEOSC_NO_ASM"))
+@pytest.mark.parametrize("gated, p", [(True, 4), (False, 4), (True, 6), (True, 8)])
+def test_default_head_streams_exactly_on_its_unrolled_path(gated, p, tmp_path):
+    """The default head (d_head = d_value = 8 at the build's EDGEOSC_LINEAR_D8_P, 4 unless set) takes an unrolled
+    update and query of its own on the DSP path: every hop's outputs against the integer reference over its window
+    (linear_hop_cycles), its query's loops in assembly and in C (EDGEOSC_NO_ASM), each faster than the one after it.
+    Its assembly at p 6 and 8 adds the readout rows past the ninth in a second pass."""
+    kw, d8 = dict(core="cortex-m4", heads=2, d_head=8, p=p, gated=gated), f"-DEDGEOSC_LINEAR_D8_P={p}"
+    dsp = E.linear_hop_cycles(**kw, work_dir=tmp_path / "dsp", flags=(*E.CFLAGS, d8))
+    in_c = E.linear_hop_cycles(**kw, work_dir=tmp_path / "c", flags=(*E.CFLAGS, d8, "-DEDGEOSC_NO_ASM"))
     portable = E.linear_hop_cycles(**kw, work_dir=tmp_path / "portable", flags=(*E.CFLAGS, "-DEDGEOSC_PORTABLE"))
     assert dsp < in_c < 0.8 * portable, (dsp, in_c, portable)
 

@@ -287,14 +287,15 @@ static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLine
   t->fits = readout_terms(key, t->u, pp);
 }
 
-/* The head the models run (d_head = d_value = 8, p = 4): its key terms unrolled, on the DSP path its update and
- * query too (linear_update_d8_dsp, linear_query_d8) */
-static int default_head(const EdgeoscLinearParams *p) { return p->d_head == 8 && p->d_value == 8 && p->p == 4; }
+/* The head the models run (edgeosc_attention_fast.h: EDGEOSC_LINEAR_D8_P) */
+static int default_head(const EdgeoscLinearParams *p) {
+  return p->d_head == 8 && p->d_value == 8 && p->p == EDGEOSC_LINEAR_D8_P;
+}
 
 /* A key's terms (key_terms_of), unrolled for the default head */
 static void key_terms(const EdgeoscLinearParams *p, const EdgeoscLinearKey *key, const int8_t *any_v, KeyTerms *t) {
   if (default_head(p))
-    key_terms_of(p, key, any_v, t, 8, 4);
+    key_terms_of(p, key, any_v, t, 8, EDGEOSC_LINEAR_D8_P);
   else
     key_terms_of(p, key, any_v, t, p->d_head, p->p);
 }

@@ -20,6 +20,13 @@
 
 static int8_t clamp8(int32_t y);
 
+/* The default head: d_head = d_value = 8 at the shipped readout power (config.SHIPPED_OSCILLATOR's p), its key
+ * terms unrolled, on the DSP path its update, query and step too (dsp/edgeosc_linear_dsp.c, the d8 tables; its
+ * assembly takes p 4, 6 or 8); other heads take the general loops */
+#ifndef EDGEOSC_LINEAR_D8_P
+#define EDGEOSC_LINEAR_D8_P 4
+#endif
+
 /* A key's terms with its sign folded in: K = k - zp_k, r, and the readout rows' coefficients u (the gate times
  * [1, cos m f, sin m f] in Q15, over 2^8; row 0: gate x 128). A missing key: every term 0. */
 typedef struct {

@@ -213,13 +213,15 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
   if (query) divided_row(&div, num, dv, out);
 }
 
-/* A query alone on the DSP path for the default head (d_head = d_value = 8, p = 4: DH, NR), the portable query's
+/* A query alone on the DSP path for the default head (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P: DH, NR), the portable query's
  * sums: the coupling's 44 features after (0, 0) each one weight (a table: 2 c1 Q_a, then per row 2 Q_a^2 and
  * 4 Q_a Q_b) times its two words, the readout three columns a pass over its rows (six int64 sums), the division by
  * divided_dsp_row. EDGEOSC_ASM runs both loops in Thumb-2 assembly, straight through: runs of loads (LDM, or LDR after
  * LDR, one cycle a word after the first) then SMLAL, which gcc's own scheduling spreads apart. */
 #define DH 8
-#define NR 9
+#define NR EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_D8_P)
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a constant's value in the assembly's text */
 #define FEATURES (EDGEOSC_LINEAR_COUPLING(DH) - 1)
 
 #if EDGEOSC_ASM
@@ -235,19 +237,19 @@ __attribute__((naked, noinline)) static void coupling_d8_asm(const int32_t *sc _
           "strd r3, r4, [r2]\n\tstrd r5, r6, [r2, #8]\n\tpop {r4-r11, pc}");
 }
 
-/* num[d] = sum_m beta[m] col_d[m] for the nine columns of the readout's rows (stride 9 words), three a pass */
+/* num[d] = sum_m beta[m] col_d[m] for the nine columns of the readout's NR rows (stride 9 words), three a pass */
 __attribute__((naked, noinline)) static void readout_d8_asm(const int32_t *sr __attribute__((unused)),
                                                             const int32_t *beta __attribute__((unused)),
                                                             int64_t *num __attribute__((unused))) {
   __asm__("push {r4-r11, lr}\n\t"
           ".rept 3\n\t"
           "movs r3, #0\n\tmovs r4, #0\n\tmovs r5, #0\n\tmovs r6, #0\n\tmovs r7, #0\n\tmov r8, #0\n\t"
-          ".rept 9\n\t"
+          ".rept " STR(NR) "\n\t"
           "ldr r10, [r0, #4]\n\tldr r11, [r0, #8]\n\tldr r9, [r0], #36\n\tldr r12, [r1], #4\n\t"
           "smlal r3, r4, r12, r9\n\tsmlal r5, r6, r12, r10\n\tsmlal r7, r8, r12, r11\n\t"
           ".endr\n\t"
           "strd r3, r4, [r2], #8\n\tstrd r5, r6, [r2], #8\n\tstrd r7, r8, [r2], #8\n\t"
-          "sub r0, r0, #312\n\tsub r1, r1, #36\n\t" /* the next three columns, the rows from the first */
+          "sub r0, r0, #(36 * " STR(NR) " - 12)\n\tsub r1, r1, #(4 * " STR(NR) ")\n\t" /* the next three columns, the rows from the first */
           ".endr\n\t"
           "pop {r4-r11, pc}");
 }
@@ -276,7 +278,7 @@ static void query_from_h_d8(const EdgeoscLinearParams *p, const int32_t *state, 
   int64_t num[DH + 1];
   Divider div;
   h[0] += (int64_t)p->c1 * p->c1 * state[0], h[1] += (int64_t)p->c1 * p->c1 * state[1];
-  readout_weights_of(h[0], h[1], beta, 4);
+  readout_weights_of(h[0], h[1], beta, EDGEOSC_LINEAR_D8_P);
 #if EDGEOSC_ASM
   readout_d8_asm(sr, beta, num);
 #else
@@ -352,7 +354,27 @@ __attribute__((naked, noinline)) static void update_coupling_d8_asm(int32_t *sta
           ".purgem edgeosc_row\n\t.purgem edgeosc_pairs");
 }
 
-/* The readout's sums (sr: the readout rows): u_0..u_8 in r2-r10, column by column, row 0's halved u doubled */
+/* Rows 9.. of the readout's sums (p 6 or 8): a second pass over the columns, u_9.. in r2-r5 or r2-r9 */
+#if NR == 9
+#define EDGEOSC_READOUT_MORE_ROWS ""
+#elif NR == 13 || NR == 17
+#if NR == 13
+#define EDGEOSC_MORE_U "ldm r12, {r2-r5}\n\t"
+#else
+#define EDGEOSC_MORE_U "ldm r12, {r2-r9}\n\t"
+#endif
+#define EDGEOSC_READOUT_MORE_ROWS                                                                                  \
+  "add r12, r1, #36\n\t" EDGEOSC_MORE_U                                                                        \
+  "sub r1, r1, #36\n\tsub r0, r0, #36\n\t" /* back to the first column and its (V_a, V_b) */                      \
+  ".rept 9\n\tldr r11, [r1], #4\n\tedgeosc_rows 9, r2, r3\n\tedgeosc_rows 11, r4, r5\n\t"                      \
+  ".if " STR(NR) " == 17\n\tedgeosc_rows 13, r6, r7\n\tedgeosc_rows 15, r8, r9\n\t.endif\n\t"                  \
+  "add r0, r0, #4\n\t.endr\n\t"
+#else
+#error "the default head's assembly takes p 4, 6 or 8 (EDGEOSC_LINEAR_D8_P)"
+#endif
+
+/* The readout's sums (sr: the readout rows): u_0..u_8 in r2-r10, column by column, row 0's halved u doubled; then
+ * the rows past 8, if any */
 __attribute__((naked, noinline)) static void update_readout_d8_asm(int32_t *sr __attribute__((unused)),
                                                                    const int32_t *t __attribute__((unused))) {
   __asm__(".macro edgeosc_rows m, ua, ub\n\t" /* a readout column's words in rows m, m + 1 */
@@ -367,6 +389,7 @@ __attribute__((naked, noinline)) static void update_readout_d8_asm(int32_t *sr _
           "edgeosc_rows 1, r3, r4\n\tedgeosc_rows 3, r5, r6\n\tedgeosc_rows 5, r7, r8\n\tedgeosc_rows 7, r9, r10\n\t"
           "add r0, r0, #4\n\t"
           ".endr\n\t"
+          EDGEOSC_READOUT_MORE_ROWS
           "pop {r4-r11, pc}\n\t"
           ".purgem edgeosc_rows");
 }
@@ -440,7 +463,7 @@ static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey 
     none.k = none_k, none.v = none_v, none.r = none_r, none.gate = 0, none.sign = 1;
     b = &none;
   }
-  if (!readout_terms(a, ua, 4) || !readout_terms(b, ub, 4)) return 0;
+  if (!readout_terms(a, ua, EDGEOSC_LINEAR_D8_P) || !readout_terms(b, ub, EDGEOSC_LINEAR_D8_P)) return 0;
   /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
   t[UPDATE_U] = edgeosc_pack_bottoms(ua[0] >> 1, ub[0] >> 1);
 #pragma GCC unroll 8
