@@ -239,10 +239,11 @@ def bench_models(bundle: Path, every: bool = False) -> list[str]:
 
 def check_files(bundle: Path) -> None:
     """What the Pi user runs must be there: README, requirements, run_bench.sh and the models it names,
-    the edgeosc sources, the custom op's C sources."""
-    from .cbuild import CORE_SOURCES, ROOT
+    the edgeosc sources, the custom op's C sources (the core units and every kernel file they include)."""
+    from .cbuild import CORE_SOURCES, KERNELS, ROOT
+    kernels = sorted({*CORE_SOURCES, *KERNELS.rglob("*.[ch]")})
     need = ["README.md", "requirements.txt", "run_bench.sh", "edgeosc/__main__.py",
-            "export/tflite_op/edgeosc_tflite_op.c", *(str(p.relative_to(ROOT)) for p in CORE_SOURCES)]
+            "export/tflite_op/edgeosc_tflite_op.c", *(str(p.relative_to(ROOT)) for p in kernels)]
     if (bundle / "run_bench.sh").is_file():
         models = bench_models(bundle, every=True)
         if not models:

@@ -110,10 +110,11 @@ def test_outputs_are_compared_in_lsb():
 
 
 def _bundle(tmp_path):
+    from edgeosc.cbuild import KERNELS, ROOT
     b = tmp_path / "bundle"
+    kernels = [str(p.relative_to(ROOT)) for p in KERNELS.rglob("*.[ch]")]  # the core units and what they include
     for rel in ("README.md", "requirements.txt", "edgeosc/__main__.py", "export/tflite_op/edgeosc_tflite_op.c",
-                "firmware_models/kernels/edgeosc_fixedpoint.c", "firmware_models/kernels/edgeosc_attention.c",
-                "models/oscillator/int8.tflite"):
+                *kernels, "models/oscillator/int8.tflite"):
         (b / rel).parent.mkdir(parents=True, exist_ok=True)
         (b / rel).write_text("")
     (b / "run_bench.sh").write_text('"${PYTHON:-python}" -m edgeosc bench models models/oscillator/int8.tflite '
@@ -129,9 +130,11 @@ def test_a_broken_bundle_names_the_missing_file(tmp_path):
     (b / "models/softmax").mkdir()
     (b / "models/softmax/int8.tflite").write_text("")
     pc.check_files(b)
-    (b / "firmware_models/kernels/edgeosc_attention.c").unlink()
-    with pytest.raises(pc.CheckFailed, match="step files: missing file firmware_models/kernels/edgeosc_attention.c"):
-        pc.check_files(b)
+    for rel in ("firmware_models/kernels/dsp/edgeosc_linear_dsp.c", "firmware_models/kernels/edgeosc_attention.c"):
+        (b / rel).unlink()  # a variant file the core unit includes, then the unit itself
+        with pytest.raises(pc.CheckFailed, match=f"step files: missing file {rel}"):
+            pc.check_files(b)
+        (b / rel).write_text("")
     with pytest.raises(pc.CheckFailed, match="step files: no bundle folder"):
         pc.check_bundle(tmp_path / "nowhere")
 
