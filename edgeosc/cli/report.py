@@ -1,0 +1,71 @@
+"""Reports: a pipeline run's, and accuracy over seeds."""
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import click
+
+from .app import Ordered, friendly_errors, main
+
+
+@main.group(cls=Ordered)
+def report():
+    """Oscillator-vs-softmax report; accuracy over seeds.
+
+    write: (re)write a pipeline run's report, with board measurements; seeds: mean +- std of test accuracy
+    over seeds, per setting, of any run folders.
+    """
+
+
+@report.command("write")
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--board", "boards", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A bench JSON measured on a board (`edgeosc bench models --json` on a Raspberry Pi); repeatable.")
+@friendly_errors
+def report_write(run, boards):
+    """(Re)write a pipeline run's report, with board measurements.
+
+    RUN/report/: the oscillator-vs-softmax report (Markdown, JSON, plots), merging the bench JSONs measured
+    on boards.
+    """
+    from ..report import write_report
+    click.echo(f"report: {write_report(run, None, boards)}")
+
+
+@report.command("seeds")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def report_seeds(run_dirs, as_json):
+    """Mean +- std of test accuracy over seeds, per setting.
+
+    Grouped by dataset, attention, size, d_osc, p. RUN_DIRS are run folders or folders holding them (searched for results.json).
+    """
+    from ..checkpoint import load_checkpoint
+    from ..train import read_results
+    groups = defaultdict(list)
+    for root in run_dirs:
+        for res_file in sorted(Path(root).rglob("results.json")):
+            if not (res_file.parent / "best.pt").is_file():
+                continue  # a sweep's own table, not a run
+            res = read_results(res_file.parent)
+            dataset = res.get("dataset") or load_checkpoint(res_file.parent / "best.pt").data_cfg.dataset
+            attention = res["attention"] + (f" {res['quant']}" if res.get("quant") else "")  # QAT/PTQ apart
+            key = (dataset, attention, res["size"], res["d_osc"] if res["attention"] == "oscillator" else "-",
+                   res["p"] if res["attention"] == "oscillator" else "-")
+            groups[key].append(100 * res["test_accuracy"])
+    if not groups:
+        raise click.ClickException(f"no results.json under {', '.join(run_dirs)}")
+    rows = [dict(dataset=k[0], attention=k[1], size=k[2], d_osc=k[3], p=k[4], n=len(v), mean=statistics.mean(v),
+                 std=statistics.stdev(v) if len(v) > 1 else 0.0, runs=v) for k, v in sorted(groups.items(), key=str)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    aw = max(12, 1 + max(len(r["attention"]) for r in rows))
+    click.echo(f"{'dataset':<16}{'attention':<{aw}}{'size':<8}{'d_osc':>6}{'p':>3}{'n':>4}  test accuracy %")
+    for r in rows:
+        click.echo(f"{r['dataset']:<16}{r['attention']:<{aw}}{r['size']:<8}{r['d_osc']:>6}{r['p']:>3}{r['n']:>4}  "
+                   f"{r['mean']:6.2f} +- {r['std']:.2f}")
