@@ -163,8 +163,9 @@ def plot_det(res: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     hours = res["negatives"]["hours"]
     floor = 0.5 / hours  # half a false alarm in the whole recording: where "none" is drawn
-    x = [max(d["false_alarms_per_hour"], floor) for d in res["det"]]
-    y = [100 * (1 - d["recall"]) for d in res["det"]]
+    points = [d for d in res["det"] if d["recall"] is not None]  # a recording without keywords has no recall
+    x = [max(d["false_alarms_per_hour"], floor) for d in points]
+    y = [100 * (1 - d["recall"]) for d in points]
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ax.plot(x, y, marker="o", ms=3)
     for target in TARGETS_PER_HOUR:
@@ -201,7 +202,8 @@ def format_result(r: dict) -> str:
     if r.get("det"):
         lines.append("  threshold   recall   false alarms per hour (keyword-free audio)")
         for d in r["det"]:
-            lines.append(f"  {d['threshold']:9.3f}   {100 * d['recall']:5.1f}%   {d['false_alarms_per_hour']:8.1f}")
+            rec = "-" if d["recall"] is None else f"{100 * d['recall']:.1f}%"
+            lines.append(f"  {d['threshold']:9.3f}   {rec:>6}   {d['false_alarms_per_hour']:8.1f}")
     elif r.get("curve") and r["recall"] is not None:
         lines.append("  threshold   recall   false alarms per hour   median latency (ms)")
         for c in r["curve"]:
