@@ -38,7 +38,7 @@ typedef struct {
 /* A key's readout coefficients u[0..2p] (KeyTerms.u); returns whether u[1..2p] fit int16. */
 static inline __attribute__((always_inline)) int readout_terms(const EdgeoscLinearKey *key, int32_t *u, const int pp);
 
-/* The head the models run (d_head = d_value = 8, p = 4) */
+/* The head the models run (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P) */
 static int default_head(const EdgeoscLinearParams *p);
 
 /* The readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15) of z = h / |h|, for p = pp or the head's p */

@@ -61,7 +61,7 @@ static inline __attribute__((always_inline)) void divided_row(const Divider *dv,
 #define ROW_WORDS 5
 #define DSP_MAX_D_HEAD 16
 #define COUPLING_SENTINEL 0x80008000 /* (K'_a, K'_b) = (-2^15, -2^15): no key's (|K| <= 255) */
-#define READOUT_SENTINEL 0x80000000  /* no beta's (|beta| < 2^25) */
+#define READOUT_SENTINEL 0x80000000  /* no beta's (|beta| < 2^30 for p <= 8) */
 
 /* Readout columns c0 and c1 (col1 == col for a single column: both loads precede both stores), rows 0.. */
 static inline __attribute__((always_inline)) void readout_columns(int32_t *col, int32_t *col1, int32_t vv0,
