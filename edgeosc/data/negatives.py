@@ -17,7 +17,8 @@ from scipy.signal import resample_poly
 from ..config import DIGITS, KEYWORDS
 from ..io import atomic_path
 from .audio import fade_edges, trim_word
-from .synth import _UP, _DOWN, NATIVE_SR, SR, UNKNOWN_WORDS, VOICES, _colored, _Espeak, _rng
+from .clipset import DataError
+from .synth import _UP, _DOWN, NATIVE_SR, SR, UNKNOWN_WORDS, VOICES, _colored, _Espeak, _hum, _rng
 
 VERSION = 1  # bump whenever the recipe changes: cached recordings are rebuilt
 # Sentences written for this protocol. No word of them is a class word of any task, nor a training _unknown_ word
@@ -87,7 +88,7 @@ def _speech(eng: _Espeak, rng: np.random.Generator, seconds: float) -> np.ndarra
         text = SENTENCES[int(rng.integers(len(SENTENCES)))]
         x = eng.say(voice, text, rate, pitch, prange, int(rng.integers(1, 2**31))).astype(np.float32)
         if not np.any(x):
-            continue
+            raise DataError(f"voice {voice!r} produced no audio for {text!r}")
         y = fade_edges(resample_poly(trim_word(x, NATIVE_SR), _UP, _DOWN), SR)
         y *= 10 ** (rng.uniform(-24, -3) / 20) / np.abs(y).max()
         parts += [y, np.zeros(int(rng.uniform(0.2, 1.2) * SR), np.float32)]
@@ -97,11 +98,8 @@ def _speech(eng: _Espeak, rng: np.random.Generator, seconds: float) -> np.ndarra
 
 def _noise(rng: np.random.Generator, seconds: float) -> np.ndarray:
     n = int(seconds * SR)
-    if rng.random() < 0.25:  # mains hum and its odd harmonics
-        t, f0 = np.arange(n) / SR, (50, 60)[int(rng.integers(2))]
-        x = sum(rng.uniform(0.1, 1) / h * np.sin(2 * np.pi * h * f0 * t + rng.uniform(0, 2 * np.pi))
-                for h in (1, 2, 3, 5))
-        x = x / np.sqrt(np.mean(x**2)) + 0.05 * _colored(rng, n, 0)
+    if rng.random() < 0.25:
+        x = _hum(rng, n)
     else:
         x = sum(w * _colored(rng, n, a) for w, a in zip(rng.dirichlet(np.ones(3)), (0, 1, 2)))
     return x / np.sqrt(np.mean(x**2)) * 10 ** (rng.uniform(-50, -20) / 20)

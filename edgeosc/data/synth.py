@@ -154,16 +154,20 @@ def _colored(rng: np.random.Generator, n: int, alpha: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x**2))
 
 
+def _hum(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Unit-RMS mains hum (50 or 60 Hz and harmonics 2, 3, 5) over a little white noise."""
+    t, f0 = np.arange(n) / SR, (50, 60)[int(rng.integers(2))]
+    x = sum(rng.uniform(0.1, 1) / h * np.sin(2 * np.pi * h * f0 * t + rng.uniform(0, 2 * np.pi)) for h in (1, 2, 3, 5))
+    return x / np.sqrt(np.mean(x**2)) + 0.05 * _colored(rng, n, 0)
+
+
 def _silence(rng: np.random.Generator) -> np.ndarray:
     """A _silence_ clip: digital silence, or white/pink/brown noise or mains hum at -75..-35 dBFS RMS."""
     kind = int(rng.integers(5))
     if kind == 0:
         return np.zeros(N, np.int16)
     if kind == 4:
-        t, f0 = np.arange(N) / SR, (50, 60)[int(rng.integers(2))]
-        x = sum(rng.uniform(0.1, 1) / h * np.sin(2 * np.pi * h * f0 * t + rng.uniform(0, 2 * np.pi))
-                for h in (1, 2, 3, 5))
-        x = x / np.sqrt(np.mean(x**2)) + 0.05 * _colored(rng, N, 0)
+        x = _hum(rng, N)
     else:
         x = _colored(rng, N, kind - 1)
     return np.round(x * 10 ** (rng.uniform(-75, -35) / 20) * 32767).astype(np.int16)
