@@ -308,9 +308,6 @@ static void linear_update_portable(const EdgeoscLinearParams *p, int32_t *state,
   const int32_t zv = p->zp_v;
   uint32_t *sc = (uint32_t *)state, *sr = sc + 2 * EDGEOSC_LINEAR_COUPLING(dh);
   int32_t i, j, m, d;
-#if EDGEOSC_NEON
-  if (linear_update_neon(p, state, ta, tb)) return;
-#endif
   sc[0] += (uint32_t)(ta->r0 + tb->r0);
   sc[1] += (uint32_t)(ta->r1 + tb->r1);
   sc += 2;
@@ -320,7 +317,11 @@ static void linear_update_portable(const EdgeoscLinearParams *p, int32_t *state,
   }
   for (i = 0; i < dh; ++i) {
     const int32_t xa0 = ta->K[i] * ta->r0, xb0 = tb->K[i] * tb->r0, xa1 = ta->K[i] * ta->r1, xb1 = tb->K[i] * tb->r1;
-    for (j = i; j < dh; ++j, sc += 2) {
+    j = i;
+#if EDGEOSC_NEON /* four features' pairs a vector first */
+    j = coupling_row_neon(ta, tb, j, dh, xa0, xb0, xa1, xb1, &sc);
+#endif
+    for (; j < dh; ++j, sc += 2) {
       sc[0] += (uint32_t)(ta->K[j] * xa0 + tb->K[j] * xb0);
       sc[1] += (uint32_t)(ta->K[j] * xa1 + tb->K[j] * xb1);
     }
@@ -331,7 +332,11 @@ static void linear_update_portable(const EdgeoscLinearParams *p, int32_t *state,
   for (m = 1, sr += dv + 1; m < nr; m += 2, sr += 2 * (dv + 1)) {
     const int32_t uca = ta->u[m], usa = ta->u[m + 1], ucb = tb->u[m], usb = tb->u[m + 1];
     uint32_t *const ss = sr + dv + 1;
-    for (d = 0; d < dv; ++d) {
+    d = 0;
+#if EDGEOSC_NEON /* four values a vector first */
+    d = readout_rows_neon(ta->v, tb->v, dv, zv, uca, usa, ucb, usb, sr, ss);
+#endif
+    for (; d < dv; ++d) {
       const int32_t va = ta->v[d] - zv, vb = tb->v[d] - zv;
       sr[d] += (uint32_t)(uca * va + ucb * vb);
       ss[d] += (uint32_t)(usa * va + usb * vb);
@@ -401,9 +406,6 @@ static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *s
   int64_t h0, h1, den;
   int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_MAX_P)], a, m, d;
   Divider div;
-#if EDGEOSC_NEON
-  if (linear_query_neon(p, state, q, out)) return;
-#endif
   for (a = 0; a < dh; ++a) Q[a] = q[a] - p->zp_q;
   h0 = (int64_t)p->c1 * p->c1 * sc[0];
   h1 = (int64_t)p->c1 * p->c1 * sc[1];
@@ -418,6 +420,9 @@ static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *s
     h0 += (int64_t)(2 * Q[a] * Q[a]) * sc[0]; /* a == b: weight 2, a < b: 4 (both orders) */
     h1 += (int64_t)(2 * Q[a] * Q[a]) * sc[1];
     sc += 2;
+#if EDGEOSC_NEON /* four features a vector first */
+    qb = coupling_query_neon(qb, end, qa4, &sc, &h0, &h1);
+#endif
     for (; qb < end; ++qb, sc += 2) {
       const int32_t qq = qa4 * *qb;
       h0 += (int64_t)qq * sc[0];
@@ -428,18 +433,20 @@ static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *s
   den = 0;
   for (m = 0; m < nr; ++m) den += (int64_t)beta[m] * sr[m * (dv + 1) + dv];
   divider(p, den, &div);
-  for (d = 0; d < dv; d += 2) { /* two numerators at a time share each beta */
+  d = 0;
+#if EDGEOSC_NEON /* four numerators a vector first */
+  d = numerators_neon(&div, sr, beta, nr, dv, out);
+#endif
+  for (; d < dv; d += 2) { /* two numerators at a time share each beta */
     const int two = d + 1 < dv; /* else the last value twice */
-    int64_t num[2], n0 = 0, n1 = 0;
+    int64_t n0 = 0, n1 = 0;
     const int32_t *col = sr + d;
-    int n, count = 1 + two;
     for (m = 0; m < nr; ++m, col += dv + 1) {
       n0 += (int64_t)beta[m] * col[0];
       n1 += (int64_t)beta[m] * col[two];
     }
-    num[0] = n0, num[1] = n1;
-    for (n = 0; n < count; ++n) out[d + n] = divided(&div, num[n]);
-    d += count - 2;
+    out[d] = divided(&div, n0);
+    if (two) out[d + 1] = divided(&div, n1);
   }
 }
 

@@ -9,7 +9,8 @@
  *   dsp/edgeosc_linear_dsp.c       the linear core: the default head's update, query and stream step from tables of
  *                                  int16 pairs (in assembly), other heads in one pass over the state, the division
  *   neon/edgeosc_attention_neon.c  the scores and the mix, the linear core's update and query on AArch64
- * Each returns 1 where it computed the result and 0 where the reference loops must. edgeosc_attention.c compiles them
+ * Each returns 1 where it computed the result and 0 where the reference loops must; the linear core's NEON steps,
+ * which run inside the portable loops, return the index those loops go on from. edgeosc_attention.c compiles them
  * in its own unit (their entry points are static); those not for a build's core are empty (edgeosc_simd.h says which
  * it takes). The helpers below are defined in edgeosc_attention.c. */
 #ifndef EDGEOSC_ATTENTION_FAST_H_
@@ -93,10 +94,17 @@ static inline __attribute__((always_inline)) int score_row_neon(const int8_t *qi
 static inline __attribute__((always_inline)) int mix_row_neon(const int8_t *row, const int8_t *vh, int T, int dv,
                                                               int32_t za, int32_t zv, EdgeoscRequant rq, int32_t zo,
                                                               int rounding, int8_t *out);
-static inline __attribute__((always_inline)) int linear_update_neon(const EdgeoscLinearParams *p, int32_t *state,
-                                                                    const KeyTerms *ta, const KeyTerms *tb);
-static inline __attribute__((always_inline)) int linear_query_neon(const EdgeoscLinearParams *p, const int32_t *state,
-                                                                   const int8_t *q, int8_t *out);
+static inline __attribute__((always_inline)) int coupling_row_neon(const KeyTerms *ta, const KeyTerms *tb, int j,
+                                                                   int dh, int32_t xa0, int32_t xb0, int32_t xa1,
+                                                                   int32_t xb1, uint32_t **sc);
+static inline __attribute__((always_inline)) int readout_rows_neon(const int8_t *va8, const int8_t *vb8, int dv,
+                                                                   int32_t zv, int32_t uca, int32_t usa, int32_t ucb,
+                                                                   int32_t usb, uint32_t *sr, uint32_t *ss);
+static inline __attribute__((always_inline)) const int32_t *coupling_query_neon(const int32_t *qb, const int32_t *end,
+                                                                               int32_t qa4, const int32_t **sc,
+                                                                               int64_t *h0, int64_t *h1);
+static inline __attribute__((always_inline)) int numerators_neon(const Divider *div, const int32_t *sr,
+                                                                 const int32_t *beta, int nr, int dv, int8_t *out);
 #endif
 
 #endif /* EDGEOSC_ATTENTION_FAST_H_ */
