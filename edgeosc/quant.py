@@ -43,7 +43,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
                                 Uint8ActPerTensorFloat)
 
 from .config import QUANT_PRESETS, QuantConfig, to_dict
-from .integer.reference import LINEAR_P
+from .integer.linear import LINEAR_P
 from .models.attention import (GATE_POINTS, LAYER_POINTS, LINEAR_GATE_POINTS, LINEAR_POINTS, QUANT_POINTS,
                                STREAM_GATE_POINTS, SoftmaxAttention, unit)
 from .models.dscnn import DSCNN

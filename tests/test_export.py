@@ -190,7 +190,7 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
     info = check_tflite(out / "int8.tflite")
     assert not info["custom_ops"] and "BATCH_MATMUL" in info["opcodes"], info["opcodes"]
     from edgeosc.bench.estimate import count_macs
-    from edgeosc.integer.reference import linear_state_words
+    from edgeosc.integer.linear import linear_state_words
     macs = count_macs(out / "int8_custom.tflite")  # the linear core's MACs: per state word, a key's and a query's
     assert macs["by_kind"]["EdgeOscAttention"] == macs["attention"] == 2 * 4 * 49 * 2 * linear_state_words(8, 8, 4)
     pytest.importorskip("tflite_runtime.interpreter")

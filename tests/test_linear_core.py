@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from edgeosc.cbuild import compiler
-from edgeosc.integer import reference as R
+from edgeosc.integer import linear as L, reference as R
 from edgeosc.models.attention import oscillator_attention_linear
 
 from conftest import run_custom
@@ -59,8 +59,8 @@ def test_c_equals_reference_and_float(p, causal, gated):
     rng = np.random.default_rng(p + 10 * causal + 100 * gated)
     H, T, dh, dv = 2, 49, 8, 8
     x = case(rng, H, T, dh, dv, gated)
-    pq = R.linear_quant_from_scales(SCALES, dh, p, ZP, causal)
-    want = R.linear_core_int8(pq, *x)
+    pq = L.linear_quant_from_scales(SCALES, dh, p, ZP, causal)
+    want = L.linear_core_int8(pq, *x)
     assert np.array_equal(ck.linear_core(pq, *x), want)
     diff = np.abs(want.astype(int) - float_linear(pq, SCALES, *x))
     # z is int8 at 1/128: a sharper readout (p > 4) turns its step into more of out's, most where a causal query
@@ -73,11 +73,11 @@ def test_other_shapes(shape):
     rng = np.random.default_rng(len(shape))
     H, T, dh, dv = shape
     x = case(rng, H, T, dh, dv, gated=True)
-    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP)
-    assert np.array_equal(ck.linear_core(pq, *x), R.linear_core_int8(pq, *x))
+    pq = L.linear_quant_from_scales(SCALES, dh, 4, ZP)
+    assert np.array_equal(ck.linear_core(pq, *x), L.linear_core_int8(pq, *x))
 
 
-@pytest.mark.parametrize("p", [4, R.LINEAR_P[1]])
+@pytest.mark.parametrize("p", [4, L.LINEAR_P[1]])
 @pytest.mark.parametrize("gated", [False, True])
 def test_worst_case_bounds_at_196_tokens(gated, p):
     """Inputs at their extremes, the largest coupling coefficient: no int32 state wraps, no int64 overflows."""
@@ -85,12 +85,12 @@ def test_worst_case_bounds_at_196_tokens(gated, p):
     x = case(None, H, T, dh, dv, gated, extreme=True)
     zp = dict(q=127, k=127, v=127, g=-128, out=0)
     scales = dict(q=4e-3, k=4e-3, v=1.0, out=3.0)
-    pq = R.linear_quant_from_scales(scales, dh, p, zp)
+    pq = L.linear_quant_from_scales(scales, dh, p, zp)
     assert pq.c1 > 3e5  # near the top of LINEAR_C1
-    sc, sr = R.linear_state(*x, pq)
-    sc64, sr64 = (np.cumsum(f, 1)[:, -1] for f in R.linear_key_features(*x[1:], pq))  # unwrapped sums
+    sc, sr = L.linear_state(*x, pq)
+    sc64, sr64 = (np.cumsum(f, 1)[:, -1] for f in L.linear_key_features(*x[1:], pq))  # unwrapped sums
     assert np.array_equal(sc[:, -1], sc64) and np.array_equal(sr[:, -1], sr64)
-    want = R.linear_core_int8(pq, *x)
+    want = L.linear_core_int8(pq, *x)
     assert np.array_equal(ck.linear_core(pq, *x), want)
     assert np.array_equal(want, float_linear(pq, scales, *x))  # every v_j is -255: so is the mean (-85 steps)
 
@@ -103,20 +103,20 @@ def test_windowed_core_is_each_query_over_its_own_keys(gated):
     rng = np.random.default_rng(21 + gated)
     H, T, W, dh, dv = 2, 40, 7, 8, 8
     x = case(rng, H, T, dh, dv, gated)
-    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W)
-    want = R.linear_core_int8(pq, *x)
+    pq = L.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W)
+    want = L.linear_core_int8(pq, *x)
     assert np.array_equal(ck.linear_core(pq, *x), want)
-    whole = R.linear_quant_from_scales(SCALES, dh, 4, ZP)
+    whole = L.linear_quant_from_scales(SCALES, dh, 4, ZP)
     for i in (0, W - 1, W, T - 1):
         lo = max(0, i - W + 1)
-        alone = R.linear_core_int8(whole, *(None if a is None else a[:, lo:i + 1] for a in x))
+        alone = L.linear_core_int8(whole, *(None if a is None else a[:, lo:i + 1] for a in x))
         assert np.array_equal(want[:, i], alone[:, -1]), i
-    assert not np.array_equal(want, R.linear_core_int8(dataclasses.replace(pq, window=0), *x))
+    assert not np.array_equal(want, L.linear_core_int8(dataclasses.replace(pq, window=0), *x))
     # a mean of 7 keys weighted by (1 + z.r)^4 moves more with z's int8 step than one of 49: up to 2 steps, rarely
     diff = np.abs(want.astype(int) - float_linear(pq, SCALES, *x))
     assert diff.max() <= 2 and diff.mean() < 0.15, (diff.max(), diff.mean())
     with pytest.raises(ValueError, match="a sliding window is causal"):
-        R.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=False, window=W)
+        L.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=False, window=W)
     with pytest.raises(ValueError, match="rejected its parameters"):  # the C core refuses it too
         ck.linear_core(dataclasses.replace(pq, causal=False), *x)
 
@@ -125,31 +125,31 @@ def test_turned_anchors_are_the_rotation_and_the_same_in_c():
     """The anchors' turn: cos and sin within 1.1 of Q15's unit of the true ones at every phase of the 2^16-step
     circle, turned anchors within one int8 step of the exact rotation, C == numpy at every phase, and a frame
     number that wraps at 2^32 keeps turning by the same steps (2^32 is a multiple of 2^16)."""
-    phase = np.arange(R.TURN_STEPS)
-    c, s = R.cos_sin_q15(phase)
-    angle = 2 * np.pi * phase / R.TURN_STEPS
-    assert np.abs(c - R.Q15 * np.cos(angle)).max() < 1.1 and np.abs(s - R.Q15 * np.sin(angle)).max() < 1.1
+    phase = np.arange(L.TURN_STEPS)
+    c, s = L.cos_sin_q15(phase)
+    angle = 2 * np.pi * phase / L.TURN_STEPS
+    assert np.abs(c - L.Q15 * np.cos(angle)).max() < 1.1 and np.abs(s - L.Q15 * np.sin(angle)).max() < 1.1
     rng = np.random.default_rng(3)
     r = case(rng, 3, 64, 2, 2, False)[3]  # [3, 64, 2] unit anchors
     turn = (1, 977, 65535)
     for t0 in (0, 123_456_789, (1 << 32) - 10):
-        got = R.turn_anchors(r, turn, t0)
-        a = 2 * np.pi * ((np.array(turn)[:, None] * ((t0 + np.arange(64)) % (1 << 32))) % R.TURN_STEPS) / R.TURN_STEPS
+        got = L.turn_anchors(r, turn, t0)
+        a = 2 * np.pi * ((np.array(turn)[:, None] * ((t0 + np.arange(64)) % (1 << 32))) % L.TURN_STEPS) / L.TURN_STEPS
         exact = r[..., 0] * np.cos(a) - r[..., 1] * np.sin(a), r[..., 0] * np.sin(a) + r[..., 1] * np.cos(a)
         assert np.abs(got - np.clip(np.stack(exact, -1), -128, 127)).max() <= 1.0
-    assert np.array_equal(R.turn_anchors(r, turn, (1 << 32) - 10)[:, 10:], R.turn_anchors(r[:, 10:], turn, 0))
-    assert np.array_equal(R.turn_anchors(r, (0, 0, 0), 77), r) and R.turn_anchors(r, None) is r
+    assert np.array_equal(L.turn_anchors(r, turn, (1 << 32) - 10)[:, 10:], L.turn_anchors(r[:, 10:], turn, 0))
+    assert np.array_equal(L.turn_anchors(r, (0, 0, 0), 77), r) and L.turn_anchors(r, None) is r
     out, got = np.empty(2, np.int8), []
     for x in ([127, 0], [-128, 0], [90, -91], [-128, -128]):
         x = np.array(x, np.int8)
-        for u in range(0, R.TURN_STEPS, 5):
+        for u in range(0, L.TURN_STEPS, 5):
             ck.library().edgeosc_turn_anchor(ck._ptr(x), u, ck._ptr(out))
             got.append(out.copy())
-    xs = np.repeat(np.array([[127, 0], [-128, 0], [90, -91], [-128, -128]], np.int8), len(range(0, R.TURN_STEPS, 5)), 0)
-    phases = np.tile(np.arange(0, R.TURN_STEPS, 5), 4)
-    want = np.stack([R.turn_anchors(xs[i:i + 1, None], [1], int(u))[0, 0] for i, u in enumerate(phases)])
+    xs = np.repeat(np.array([[127, 0], [-128, 0], [90, -91], [-128, -128]], np.int8), len(range(0, L.TURN_STEPS, 5)), 0)
+    phases = np.tile(np.arange(0, L.TURN_STEPS, 5), 4)
+    want = np.stack([L.turn_anchors(xs[i:i + 1, None], [1], int(u))[0, 0] for i, u in enumerate(phases)])
     assert np.array_equal(np.array(got), want)
-    assert R.turn_steps([0.05, np.pi, -np.pi / 2]) == (522, 32768, 49152)  # 0.05 rad: 521.5 steps
+    assert L.turn_steps([0.05, np.pi, -np.pi / 2]) == (522, 32768, 49152)  # 0.05 rad: 521.5 steps
 
 
 @pytest.mark.parametrize("gated", [False, True])
@@ -161,35 +161,35 @@ def test_a_stream_of_frames_equals_the_windowed_core(gated):
     rng = np.random.default_rng(31 + gated)
     H, T, W, dh, dv = 2, 50, 9, 8, 8
     x = case(rng, H, T, dh, dv, gated)
-    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W, turn=R.turn_steps([0.07, 0.45]))
+    pq = L.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W, turn=L.turn_steps([0.07, 0.45]))
     for t0 in (0, (1 << 32) - 20):
-        want = R.linear_core_int8(pq, *x, t0=t0)
+        want = L.linear_core_int8(pq, *x, t0=t0)
         assert np.array_equal(ck.linear_core(pq, *x, t0=t0), want)
-        for stream in (ck.linear_stream, R.linear_stream_int8):
-            state, outs = R.LinearStream.zeros(H, dh, dv, 4, W, t0), []
+        for stream in (ck.linear_stream, L.linear_stream_int8):
+            state, outs = L.LinearStream.zeros(H, dh, dv, 4, W, t0), []
             for lo, hi in ((0, 1), (1, 2), (2, 17), (17, 18), (18, T)):
                 out, state = stream(pq, state, *(None if a is None else a[:, lo:hi] for a in x))
                 outs.append(out)
             assert np.array_equal(np.concatenate(outs, 1), want), (stream, t0)
-            assert list(state.clock) == [R._uint32(t0 + T), W, T % W]
-        c_state = ck.linear_stream(pq, R.LinearStream.zeros(H, dh, dv, 4, W, t0), *x)[1]
-        np_state = R.linear_stream_int8(pq, R.LinearStream.zeros(H, dh, dv, 4, W, t0), *x)[1]
+            assert list(state.clock) == [L._uint32(t0 + T), W, T % W]
+        c_state = ck.linear_stream(pq, L.LinearStream.zeros(H, dh, dv, 4, W, t0), *x)[1]
+        np_state = L.linear_stream_int8(pq, L.LinearStream.zeros(H, dh, dv, 4, W, t0), *x)[1]
         assert all(np.array_equal(a, b) for a, b in zip(vars(c_state).values(), vars(np_state).values()))
-    unturned = R.linear_core_int8(dataclasses.replace(pq, turn=None), *x)
-    assert not np.array_equal(unturned, R.linear_core_int8(pq, *x))
-    assert np.array_equal(unturned, R.linear_core_int8(dataclasses.replace(pq, turn=(0, 0)), *x))
-    again = ck.linear_stream(pq, R.LinearStream.zeros(H, dh, dv, 4, W), *x)[0]  # a reset: a fresh state
-    assert np.array_equal(again, R.linear_core_int8(pq, *x))
+    unturned = L.linear_core_int8(dataclasses.replace(pq, turn=None), *x)
+    assert not np.array_equal(unturned, L.linear_core_int8(pq, *x))
+    assert np.array_equal(unturned, L.linear_core_int8(dataclasses.replace(pq, turn=(0, 0)), *x))
+    again = ck.linear_stream(pq, L.LinearStream.zeros(H, dh, dv, 4, W), *x)[0]  # a reset: a fresh state
+    assert np.array_equal(again, L.linear_core_int8(pq, *x))
     with pytest.raises(ValueError, match="not this core's"):
-        ck.linear_stream(pq, R.LinearStream.zeros(H, dh, dv, 4, W + 1), *x)
+        ck.linear_stream(pq, L.LinearStream.zeros(H, dh, dv, 4, W + 1), *x)
     with pytest.raises(ValueError, match="not this core's"):
-        R.linear_stream_int8(pq, R.LinearStream.zeros(H, dh, dv, 2, W), *x)
-    bad = R.LinearStream.zeros(H, dh, dv, 4, W)
+        L.linear_stream_int8(pq, L.LinearStream.zeros(H, dh, dv, 2, W), *x)
+    bad = L.LinearStream.zeros(H, dh, dv, 4, W)
     bad.clock[2] = W  # the ring's slot past its end
     with pytest.raises(ValueError, match="rejected its parameters or state"):
         ck.linear_stream(pq, bad, *x)
     with pytest.raises(ValueError, match="turn rates"):
-        R.linear_quant_from_scales(SCALES, dh, 4, ZP, turn=[1 << 16])
+        L.linear_quant_from_scales(SCALES, dh, 4, ZP, turn=[1 << 16])
 
 
 def test_sliding_window_state_is_exact():
@@ -199,13 +199,13 @@ def test_sliding_window_state_is_exact():
     rng = np.random.default_rng(7)
     T, W, dh, dv = 30, 8, 8, 8
     q, k, v, r, g = (x[0] for x in case(rng, 1, T, dh, dv, gated=True))
-    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP)
+    pq = L.linear_quant_from_scales(SCALES, dh, 4, ZP)
     c, _ = ck.linear_params(pq, 1, T, dh, dv)
-    lib, words = ck.library(), R.linear_state_words(dh, dv, 4)
+    lib, words = ck.library(), L.linear_state_words(dh, dv, 4)
     i32p = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))  # noqa: E731
     key = lambda j, sign=1: ck.linear_key(k[j], v[j], r[j], int(g[j]) - ZP["g"], sign)  # noqa: E731
     state = np.zeros(words, np.int32)
-    sc, sr = R.linear_key_features(k, v, r, g, pq)
+    sc, sr = L.linear_key_features(k, v, r, g, pq)
     for j in range(T):
         lib.edgeosc_linear_update(ctypes.byref(c), i32p(state), key(j), key(j - W, -1) if j >= W else None)
         lo = max(0, j - W + 1)
@@ -214,7 +214,7 @@ def test_sliding_window_state_is_exact():
         out = np.empty(dv, np.int8)
         lib.edgeosc_linear_query(ctypes.byref(c), i32p(state), q[j].ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
                                  out.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)))
-        window = R.linear_core_int8(pq, *(x[None, lo:j + 1] for x in (q, k, v, r, g)))
+        window = L.linear_core_int8(pq, *(x[None, lo:j + 1] for x in (q, k, v, r, g)))
         assert np.array_equal(out, window[0, -1]), j
     pair = np.zeros(words, np.int32)
     lib.edgeosc_linear_update(ctypes.byref(c), i32p(pair), key(3), key(4))
@@ -227,15 +227,15 @@ def test_sliding_window_state_is_exact():
 def test_degenerate_inputs():
     rng = np.random.default_rng(3)
     q, k, v, r, g = case(rng, 1, 12, 4, 4, gated=True)
-    pq = R.linear_quant_from_scales(SCALES, 4, 2, ZP)
+    pq = L.linear_quant_from_scales(SCALES, 4, 2, ZP)
     g[:] = ZP["g"]  # every gate 0: no weight on any key, so the output is 0 (its zero point)
-    for got in (R.linear_core_int8(pq, q, k, v, r, g), ck.linear_core(pq, q, k, v, r, g)):
+    for got in (L.linear_core_int8(pq, q, k, v, r, g), ck.linear_core(pq, q, k, v, r, g)):
         assert (got == ZP["out"]).all()
     r[:] = 0  # anchors of norm 0 (below one step): h = 0 and z = 0, a uniform readout of the gated keys
     g = rng.integers(0, 128, (1, 12)).astype(np.int8)
-    _, parts = R.linear_core_int8(pq, q, k, v, r, g, return_all=True)
+    _, parts = L.linear_core_int8(pq, q, k, v, r, g, return_all=True)
     assert (parts["z"] == 0).all()
-    assert np.array_equal(ck.linear_core(pq, q, k, v, r, g), R.linear_core_int8(pq, q, k, v, r, g))
+    assert np.array_equal(ck.linear_core(pq, q, k, v, r, g), L.linear_core_int8(pq, q, k, v, r, g))
 
 
 def test_float_core_without_weight_on_any_key_gives_zero_and_a_finite_gradient():
@@ -262,15 +262,15 @@ def test_float_core_without_weight_on_any_key_gives_zero_and_a_finite_gradient()
 def test_out_of_range_settings_are_refused(change, message):
     args = dict(scales=SCALES, p=4) | change
     with pytest.raises(ValueError, match=message):
-        R.linear_quant_from_scales(args["scales"], 8, args["p"], ZP)
+        L.linear_quant_from_scales(args["scales"], 8, args["p"], ZP)
 
 
 def test_c_refuses_what_it_cannot_compute():
     rng = np.random.default_rng(0)
-    pq = R.linear_quant_from_scales(SCALES, 4, 4, ZP)
+    pq = L.linear_quant_from_scales(SCALES, 4, 4, ZP)
     x = case(rng, 1, 4, 4, 4, gated=False)
     for field, bad in (("p", 9), ("c1", 15), ("c1", 1 << 20)):
-        wrong = R.LinearQuant(**{**vars(pq), field: bad})
+        wrong = L.LinearQuant(**{**vars(pq), field: bad})
         with pytest.raises(ValueError, match="rejected"):
             ck.linear_core(wrong, *x)
 
@@ -298,16 +298,16 @@ def test_custom_op_equals_reference(gated):
     rng = np.random.default_rng(11)
     for shapes, p in (((2, 49, 8, 8), 4), ((3, 17, 5, 7), 2)):
         q, k, v, r, g = case(rng, *shapes, gated)
-        pq = R.linear_quant_from_scales(SCALES, shapes[2], p, ZP)
-        want = R.linear_core_int8(pq, q, k, v, r, g)
+        pq = L.linear_quant_from_scales(SCALES, shapes[2], p, ZP)
+        want = L.linear_core_int8(pq, q, k, v, r, g)
         xs = [q, k, v, r] + ([g[:, None, :]] if gated else [])
         np.testing.assert_array_equal(run_custom(linear_op_model(shapes, SCALES, ZP, p, gated), xs), want)
         lead = [x[None] for x in xs]  # a leading batch axis flattens into the heads
         np.testing.assert_array_equal(run_custom(linear_op_model(shapes, SCALES, ZP, p, gated, (1,)), lead)[0], want)
         window = dict(causal=1, window=5)  # a stream's sliding window
-        pw = R.linear_quant_from_scales(SCALES, shapes[2], p, ZP, causal=True, window=5)
+        pw = L.linear_quant_from_scales(SCALES, shapes[2], p, ZP, causal=True, window=5)
         np.testing.assert_array_equal(run_custom(linear_op_model(shapes, SCALES, ZP, p, gated, **window), xs),
-                                      R.linear_core_int8(pw, q, k, v, r, g))
+                                      L.linear_core_int8(pw, q, k, v, r, g))
 
 
 def linear_stream_op_model(shapes, window, turn, gated, kept_rows=None) -> bytes:
@@ -321,7 +321,7 @@ def linear_stream_op_model(shapes, window, turn, gated, kept_rows=None) -> bytes
     xs = [b.input(n, (H, T, d), np.int8, SCALES.get(n, 1 / 128), ZP.get(n, 0)) for n, d in zip("qkvr", (dh, dh, dv, 2))]
     if gated:
         xs.append(b.input("g", (H, 1, T), np.int8, 1 / 128, ZP["g"]))
-    state = [(3,), (H, R.linear_state_words(dh, dv, 4)), (H, kept_rows or window, dh + dv + 3)]
+    state = [(3,), (H, L.linear_state_words(dh, dv, 4)), (H, kept_rows or window, dh + dv + 3)]
     types = (np.int32, np.int32, np.int8)
     raw = [dict(), dict(), dict(scale=1.0, zero_point=0)]  # kept: raw int8 storage (k, v, r, g of each key)
     xs += [b.input(f"{n}_in", shape, dtype, **q) for n, shape, dtype, q in zip(("clock", "sums", "kept"), state, types, raw)]
@@ -345,9 +345,9 @@ def test_custom_op_streams_as_the_windowed_core(gated):
     rng = np.random.default_rng(41 + gated)
     H, T, W, dh, dv = 2, 30, 6, 8, 8
     x = case(rng, H, T, dh, dv, gated)
-    turn = R.turn_steps([0.11, 0.4])
-    pq = R.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W, turn=turn)
-    want = R.linear_core_int8(pq, *x)
+    turn = L.turn_steps([0.11, 0.4])
+    pq = L.linear_quant_from_scales(SCALES, dh, 4, ZP, causal=True, window=W, turn=turn)
+    want = L.linear_core_int8(pq, *x)
     xs = list(x[:4]) + ([x[4][:, None, :]] if gated else [])
     windowed = linear_op_model((H, T, dh, dv), SCALES, ZP, 4, gated, causal=1, window=W, turn=turn)
     np.testing.assert_array_equal(run_custom(windowed, xs), want)
@@ -355,7 +355,7 @@ def test_custom_op_streams_as_the_windowed_core(gated):
                                       custom_op_registerers=[custom_op.register])
     it.allocate_tensors()
     ins, outs = it.get_input_details(), it.get_output_details()
-    state = list(vars(R.LinearStream.zeros(H, dh, dv, 4, W)).values())
+    state = list(vars(L.LinearStream.zeros(H, dh, dv, 4, W)).values())
     got = []
     for i in range(T):
         frame = [a[:, i:i + 1] for a in x[:4]] + ([x[4][:, None, i:i + 1]] if gated else [])
@@ -395,14 +395,14 @@ def test_firmware_lowering_equals_reference(tmp_path, gated, window):
     rng = np.random.default_rng(5)
     shapes = (2, 49, 8, 8)
     model = tmp_path / "op.tflite"
-    turn = R.turn_steps([0.2, 0.03]) if window else None
+    turn = L.turn_steps([0.2, 0.03]) if window else None
     model.write_bytes(linear_op_model(shapes, SCALES, ZP, 4, gated, **(dict(causal=1, window=window, turn=turn)
                                                                        if window else {})))
     info = generate(model, tmp_path / "fw", "op", features=None)
     assert "edgeosc_linear_core_int8" in (tmp_path / "fw" / "op_model.c").read_text() and info["calls"] == 1
-    pq = R.linear_quant_from_scales(SCALES, shapes[2], 4, ZP, causal=bool(window), window=window, turn=turn)
+    pq = L.linear_quant_from_scales(SCALES, shapes[2], 4, ZP, causal=bool(window), window=window, turn=turn)
     for _ in range(3):
         xs = case(rng, *shapes, gated)
         flat = np.concatenate([x.ravel() for x in xs if x is not None])[None]
         got = host_logits(tmp_path / "fw", "op", flat, work=tmp_path / "build").reshape(2, 49, 8)
-        np.testing.assert_array_equal(got, R.linear_core_int8(pq, *xs))
+        np.testing.assert_array_equal(got, L.linear_core_int8(pq, *xs))

@@ -11,7 +11,7 @@ import pytest
 
 from edgeosc.integer import ckernels as K
 from edgeosc.integer import golden as G
-from edgeosc.integer import reference as R
+from edgeosc.integer import linear as L, reference as R
 from edgeosc.integer import schema as S
 
 C_TYPES = {"int32_t": "int32", "const int8_t *": "int8*", "const int32_t *": "int32*", "EdgeoscRequant": "Requant"}
@@ -90,7 +90,7 @@ def test_mirror_sizes_match_c():
     words = lib.linear_state_words
     words.restype, words.argtypes = ctypes.c_long, [ctypes.c_int] * 3
     for shape in ((8, 8, 4), (5, 7, 1), (16, 3, 2)):  # the linear core's state, sized alike in C and Python
-        assert words(*shape) == R.linear_state_words(*shape)
+        assert words(*shape) == L.linear_state_words(*shape)
 
 
 def test_names_elsewhere_follow_the_schema():

@@ -124,7 +124,7 @@ def count_macs(tflite: str | Path) -> dict:
             n = out.size * t(0).shape[-1]
         elif op.kind == CUSTOM_OSC:
             from flatbuffers import flexbuffers
-            from ..integer.reference import linear_state_words
+            from ..integer.linear import linear_state_words
             q, v, r = t(0), t(2), t(3)
             H, T = int(np.prod(q.shape[:-2])), q.shape[-2]
             o = flexbuffers.Loads(op.custom) if op.custom else {}
@@ -302,7 +302,7 @@ def _core_driver(work: Path) -> Path:
 def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int, p: int = 4):
     """Plausible integer parameters (callgrind's layer scales, TFLite Micro's multipliers) and random inputs; the
     linear core's readout power p."""
-    from ..integer import reference as R
+    from ..integer import linear as L, reference as R
     from ..integer import ckernels as K
     from .callgrind import _layer
     s, tables = _layer(T, d_head, 4)
@@ -317,7 +317,7 @@ def _layer_inputs(T: int, d_osc: int, heads: int, d_head: int, seed: int, p: int
     osc_f = _values(K.osc_params(osc, heads, T, d_head, d_osc, d_head)[0])
     sm_f = _values(K.softmax_params(sm, heads, T, d_head, d_head))
     lut = R.softmax_exp_table(sm.beta_multiplier, sm.beta_left_shift, sm.diff_min).astype(np.int32)
-    lin = R.linear_quant_from_scales(s, d_head, p, zp=dict(g=-128))  # gates >= 0
+    lin = L.linear_quant_from_scales(s, d_head, p, zp=dict(g=-128))  # gates >= 0
     r2 = rng.standard_normal((heads, T, 2))
     r2 = np.clip(np.round(128 * r2 / np.linalg.norm(r2, axis=-1, keepdims=True)), -128, 127).astype(np.int8)
     if T > 5:  # anchors at int8's -1: ungated, their readouts pass int16 (the DSP pass leaves them to the portable)
@@ -343,7 +343,7 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
     Each output is checked against the integer reference (the computation counted is the right one). `flags`:
     the compiler's (add "-DEDGEOSC_PORTABLE" for the portable loops instead of the DSP or NEON paths).
     """
-    from ..integer import reference as R
+    from ..integer import linear as L, reference as R
     work = Path(work_dir) if work_dir else cache_dir()
     elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work, flags=flags)
     dev_key, dev = next((k, d) for k, d in D.DEVICES.items() if d.core == core)
@@ -364,8 +364,8 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
         sm_lut = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 1], bufs, want)
         sm_fixed = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 0], bufs, want)
         sm_macs = heads * T * T * 2 * d_head
-        want = R.linear_core_int8(x["lin"], x["q"], x["k"], x["v"], x["r2"], x["g"])
-        lin_words = R.linear_state_words(d_head, d_head, 4)
+        want = L.linear_core_int8(x["lin"], x["q"], x["k"], x["v"], x["r2"], x["g"])
+        lin_words = L.linear_state_words(d_head, d_head, 4)
         bufs = dict(f=x["lin_f"], q=x["q"], k=x["k"], v=x["v"], r=x["r2"], g=x["g"], out=np.zeros_like(x["v"]),
                     state=np.zeros(lin_words, np.int32))
         lin = run("edgeosc_bench_linear", ATTENTION[3], ["f", "q", "k", "v", "r", "g", "out", "state"], bufs, want)
@@ -401,19 +401,19 @@ def linear_hop_cycles(core: str = "cortex-m4", heads: int = 4, d_head: int = 8, 
     frames. `flags`: as core_scaling's; `out_shift`: the output requantization's shift instead of the layer's
     (-10..20, the division's extremes)."""
     from ..integer import ckernels as K
-    from ..integer import reference as R
+    from ..integer import linear as L, reference as R
     work = Path(work_dir) if work_dir else cache_dir()
     elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work, flags=flags)
     fn, window, total = "edgeosc_bench_linear_stream", 4, {}
     for T in (16, 24):
         x = _layer_inputs(T, 2, heads, d_head, seed, p)
         g = x["g"] if gated else None
-        pq = dataclasses.replace(x["lin"], causal=True, window=window, turn=R.turn_steps(np.linspace(0.05, 0.5, heads)))
+        pq = dataclasses.replace(x["lin"], causal=True, window=window, turn=L.turn_steps(np.linspace(0.05, 0.5, heads)))
         if out_shift is not None:
             pq = dataclasses.replace(pq, rq_out=R.Requant(pq.rq_out.multiplier, out_shift))
         ins = [x[n] for n in ("q", "k", "v", "r2")]
-        want = R.linear_core_int8(pq, *ins, g)
-        state = R.LinearStream.zeros(heads, d_head, d_head, p, window)
+        want = L.linear_core_int8(pq, *ins, g)
+        state = L.LinearStream.zeros(heads, d_head, d_head, p, window)
         bufs = dict(f=_values(K.linear_params(pq, heads, T, d_head, d_head)[0]), turn=np.array(pq.turn, np.int32),
                     q=x["q"], k=x["k"], v=x["v"], r=x["r2"], g=x["g"], out=np.zeros_like(x["v"]),
                     clock=state.clock, sums=state.sums, kept=state.kept)

@@ -1,1 +1,2 @@
-"""The integer maths once: the reference of every int8 kernel (reference.py) and the C kernels through ctypes."""
+"""The integer maths once: the reference of every int8 kernel (reference.py; the linear core, linear.py) and the C
+kernels through ctypes."""

@@ -7,7 +7,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..cbuild import CORE_SOURCES, build_shared
-from . import reference as R
+from . import linear as L, reference as R
 from . import schema as S
 
 
@@ -105,9 +105,9 @@ def softmax_params(p: R.SoftmaxQuant, heads: int, tokens: int, d_head: int, d_va
     return make(S.SOFTMAX, **f)
 
 
-def linear_params(p: R.LinearQuant, heads: int, tokens: int, d_head: int, d_value: int,
+def linear_params(p: L.LinearQuant, heads: int, tokens: int, d_head: int, d_value: int,
                   t0: int = 0) -> tuple[LinearParams, np.ndarray | None]:
-    """EdgeoscLinearParams from an integer.reference.LinearQuant, and the turn array it points to (keep it alive)."""
+    """EdgeoscLinearParams from an integer.linear.LinearQuant, and the turn array it points to (keep it alive)."""
     f = p.fields(heads, tokens, d_head, d_value, t0)
     turn = None if p.turn is None else np.array(p.turn, np.int32)
     return make(S.LINEAR, **{**f, "rq_out": _rq(f["rq_out"]), "turn": None if turn is None else _p32(turn)}), turn
@@ -145,29 +145,29 @@ def softmax_core(p: R.SoftmaxQuant, q, k, v, lut: bool = False) -> np.ndarray:
     return out
 
 
-def linear_core(p: R.LinearQuant, q, k, v, r, g=None, t0: int = 0) -> np.ndarray:
+def linear_core(p: L.LinearQuant, q, k, v, r, g=None, t0: int = 0) -> np.ndarray:
     """Runs edgeosc_linear_core_int8 on [H, T, *] int8 arrays (r [H, T, 2], g [H, T] or None): out [H, T, dv]."""
     q, k, v, r = _heads(q, k, v, r)
     (H, T, dh), dv = q.shape, v.shape[-1]
     gate = None if g is None else _int8(g, (H, T))
     c, _turn = linear_params(p, H, T, dh, dv, t0)
     out = np.empty((H, T, dv), np.int8)
-    state = np.empty(R.linear_state_words(dh, dv, p.p), np.int32)
+    state = np.empty(L.linear_state_words(dh, dv, p.p), np.int32)
     if library().edgeosc_linear_core_int8(ctypes.byref(c), *map(_ptr, (q, k, v, r)),
                                           None if gate is None else _ptr(gate), _ptr(out), _p32(state)):
         raise ValueError("edgeosc_linear_core_int8 rejected its parameters")
     return out
 
 
-def linear_stream(p: R.LinearQuant, state: R.LinearStream, q, k, v, r, g=None) -> tuple[np.ndarray, R.LinearStream]:
+def linear_stream(p: L.LinearQuant, state: L.LinearStream, q, k, v, r, g=None) -> tuple[np.ndarray, L.LinearStream]:
     """Runs edgeosc_linear_stream_int8: more frames [H, T, *] of a stream -> (out [H, T, dv], the new state)."""
     q, k, v, r = _heads(q, k, v, r)
     (H, T, dh), dv = q.shape, v.shape[-1]
     gate = None if g is None else _int8(g, (H, T))
     c, _turn = linear_params(p, H, T, dh, dv)
-    new = R.LinearStream(*(np.array(a, dtype, copy=True) for a, dtype in
+    new = L.LinearStream(*(np.array(a, dtype, copy=True) for a, dtype in
                            ((state.clock, np.int32), (state.sums, np.int32), (state.kept, np.int8))))
-    if new.kept.shape != (H, p.window, dh + dv + 3) or new.sums.shape != (H, R.linear_state_words(dh, dv, p.p)):
+    if new.kept.shape != (H, p.window, dh + dv + 3) or new.sums.shape != (H, L.linear_state_words(dh, dv, p.p)):
         raise ValueError(f"stream state {new.kept.shape} / {new.sums.shape} is not this core's")
     out = np.empty((H, T, dv), np.int8)
     if library().edgeosc_linear_stream_int8(ctypes.byref(c), *map(_ptr, (q, k, v, r)),

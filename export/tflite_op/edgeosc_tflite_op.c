@@ -493,7 +493,7 @@ static TfLiteStatus check_io(TfLiteContext *context, TfLiteNode *node, const OpD
   return kTfLiteOk;
 }
 
-/* The linear core: q, k, v, r (+ g), constants from the tensors' scales (reference.linear_quant_from_scales). */
+/* The linear core: q, k, v, r (+ g), constants from the tensors' scales (integer.linear.linear_quant_from_scales). */
 static TfLiteStatus prepare_linear(TfLiteContext *context, TfLiteNode *node, OpData *d) {
   TfLiteTensor *in[8], *out;
   int32_t H[6], T[6], dim[6];

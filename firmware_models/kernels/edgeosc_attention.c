@@ -206,7 +206,7 @@ int edgeosc_softmax_core_int8(const EdgeoscSoftmaxParams *p, const int8_t *q, co
   return 0;
 }
 
-/* ---- the linear oscillator core (d_osc 2; edgeosc/integer/reference.py, the linear core) ---------------- */
+/* ---- the linear oscillator core (d_osc 2; edgeosc/integer/linear.py) ---------------- */
 
 /* [cos m t, sin m t] in Q15 for m = 1..p from x = 128 (cos t, sin t): powers of x_0 + i x_1. */
 /* (inline: unrolled where p is a constant) */

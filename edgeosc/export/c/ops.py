@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...integer import reference as R
+from ...integer import linear as L, reference as R
 from ...integer import schema as S
 from ...runtime.custom_op import OP_NAME
 from ...runtime.tflite_file import NP_OF, OP_NAMES, schema
@@ -639,7 +639,7 @@ class Lowering:
         return self.core_call([op], q, k, v, r, zps, tables, rqs, ones, out.name, gated)
 
     def linear_core(self, op: Op, o: dict, q: Tensor, k: Tensor, v: Tensor, r: Tensor, out: Tensor) -> Call:
-        """EdgeOscAttention form "linear": the constants the op's Prepare derives (reference.linear_quant_from_scales)."""
+        """EdgeOscAttention form "linear": the constants the op's Prepare derives (integer.linear.linear_quant_from_scales)."""
         if not same_heads(q, k, v, r) or r.shape[-1] != 2 or (r.s, r.z) != (np.float32(R.SCALE_UNIT), 0):
             raise UnsupportedGraph(f"{out.name}: the linear core needs r [.., H, T, 2] at (1/128, 0)")
         stream = bool(o.get("stream"))
@@ -649,7 +649,7 @@ class Lowering:
         turn = np.frombuffer(bytes(o["turn"]), "<u2") if "turn" in o else None
         if turn is not None and H % len(turn):
             raise UnsupportedGraph(f"{out.name}: {len(turn)} turn rates for {H} heads")
-        pq = R.linear_quant_from_scales(dict(q=q.s, k=k.s, v=v.s, out=out.s), dh, int(o["p"]),
+        pq = L.linear_quant_from_scales(dict(q=q.s, k=k.s, v=v.s, out=out.s), dh, int(o["p"]),
                                         dict(q=q.z, k=k.z, v=v.z, g=0 if g is None else g.z, out=out.z),
                                         bool(o.get("causal", False)), int(o.get("window", 0)),
                                         None if turn is None else np.resize(turn, H))
@@ -664,7 +664,7 @@ class Lowering:
                                        "of its state inputs (state:<name> -> state_next:<name>)")
             return self.emit("edgeosc_linear_stream_int8", args + [Ref(t) for t in state], [op], out.name)
         return self.emit("edgeosc_linear_core_int8", args + ["scratch32"], [op], out.name,
-                         scratch=4 * R.linear_state_words(dh, dv, pq.p))
+                         scratch=4 * L.linear_state_words(dh, dv, pq.p))
 
     def softmax_core(self, op: Op):
         """qk = BMM(q, k^T), a = SOFTMAX(qk), out = BMM(a, v)."""

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...integer.reference import LINEAR_P, ZP_DEFAULT
+from ...integer.reference import ZP_DEFAULT
+
+from ...integer.linear import LINEAR_P
 from ...integer.schema import GATE_POINTS, OSC, POINTS  # noqa: F401  (the core's internal quantization points)
 from ...runtime.custom_op import OP_NAME  # noqa: F401  (the op's name, with its options)
 

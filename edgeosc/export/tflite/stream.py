@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...integer.reference import linear_state_words, turn_steps
+from ...integer.linear import linear_state_words, turn_steps
 from ...models.attention import OscillatorAttention, SoftmaxAttention
 from ...runtime import FRAME, STATE_IN, STATE_OUT
 from . import CUSTOM_OP, OUTPUT, Graph, _scale, custom_op
