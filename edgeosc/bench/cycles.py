@@ -2,7 +2,7 @@
 
 `emulate()` loads a bare-metal ELF (Thumb-2 for Cortex-M4/M7/M33, or AArch64 for Cortex-A53/A72) into
 unicorn, calls one symbol with AAPCS arguments, stops when it returns to a magic address and reads the
-buffers back. Counting is per translation block: each block is decoded once with capstone into a class
+buffers back. Counting is per translation block: each block is decoded once with capstone (decode.py) into a class
 histogram (plus a few pipeline facts: back-to-back loads, address dependencies, dual-issue pairs), and
 the Python hook only counts block executions and conditional-branch outcomes (next block == fall-through).
 Per function: `Run.by_function` attributes each block to the symbol-table function holding it (callees
@@ -15,13 +15,14 @@ time. Instructions skipped by an IT block are counted at full cost.
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from .decode import Block, a64, analyse, thumb
 
 # Where the emulator puts what the ELF does not: outside the mps2.ld map (code 0..4M, RAM 0x2000_0000..+4M),
 # in the ARMv7-M default map's executable "External RAM" region 0x6000_0000-0x9FFF_FFFF (the peripheral
@@ -164,194 +165,6 @@ def cycles(counts: Mapping[str, float], core: str | CoreModel) -> float:
 def instructions_in(counts: Mapping[str, float]) -> int:
     """Executed instructions in a histogram (the classes, not the register counts or pipeline facts)."""
     return int(sum(v for k, v in counts.items() if k not in _NOT_INSTRUCTIONS))
-
-
-# ---------------------------------------------------------------- decoding (capstone, once per block)
-_DSP = re.compile(r"^(sm(la|ul|ls|ua|us|ml|mu)\w*|um(ull|lal|aal)|q(d?add|d?sub|asx|sax)\w*|"
-                  r"(s|u|sh|uh|uq)(add|sub|asx|sax)(8|16)|[su]sat(16)?|[su]xtab?16|sel|pkh(bt|tb)|usada?8)$")
-_T_BRANCH = {"b", "bl", "blx", "bx", "cbz", "cbnz", "tbb", "tbh"}
-_T_OTHER = {"nop", "dmb", "dsb", "isb", "bkpt", "svc", "wfi", "wfe", "sev", "mrs", "msr", "cpsie", "cpsid",
-            "yield", "udf", "clrex"}
-_A_BRANCH = {"b", "bl", "br", "blr", "ret", "cbz", "cbnz", "tbz", "tbnz"}
-_A_MUL = {"mul", "madd", "msub", "mneg", "smull", "umull", "smaddl", "umaddl", "smsubl", "umsubl", "smulh",
-          "umulh", "smnegl", "umnegl"}
-
-
-@dataclass
-class _Insn:
-    """One decoded instruction: its class and what the pipeline rules need."""
-    cls: str
-    nregs: int = 0
-    reads: frozenset = frozenset()
-    writes: frozenset = frozenset()
-    addr: frozenset = frozenset()  # base and index registers of a memory operand
-    single_load: bool = False
-    regoff: bool = False
-    branch: bool = False  # ends the block by changing flow (B, BX, POP {pc}, LDR pc, TBB ...)
-    cond: bool = False
-
-
-def _thumb(insn, A) -> _Insn:
-    name = insn.insn_name()
-    reads, writes = (frozenset(r) for r in insn.regs_access())
-    mem = [op.mem for op in insn.operands if op.type == A.ARM_OP_MEM]
-    addr = frozenset(r for m in mem for r in (m.base, m.index) if r)
-    cond = insn.cc not in (A.ARM_CC_AL, A.ARM_CC_INVALID) or name in ("cbz", "cbnz")
-    writes_pc = A.ARM_REG_PC in writes
-    regs = [op.reg for op in insn.operands if op.type == A.ARM_OP_REG]
-    data_w = writes - addr if mem else writes
-    kw = dict(reads=reads, writes=data_w, addr=addr, cond=cond)
-    if name in ("tbb", "tbh"):  # a byte/halfword table load, then a refill: "2+P" (TRM Table 3-1)
-        return _Insn("load", branch=True, single_load=False, **kw)
-    if name in _T_BRANCH:
-        return _Insn("branch", branch=True, **kw)
-    if name in ("push", "pop", "vpush", "vpop") or re.match(r"v?(ldm|stm)", name):
-        listed = name in ("push", "pop", "vpush", "vpop")  # no base operand: SP
-        base = frozenset([A.ARM_REG_SP] if listed else regs[:1])
-        cls = "ldm" if name in ("pop", "vpop") or name.startswith(("ldm", "vldm")) else "stm"
-        return _Insn(cls, nregs=len(regs) - (0 if listed else 1), reads=reads, writes=writes - base, addr=base,
-                     branch=writes_pc, cond=cond)
-    if name in ("ldrd", "strd", "ldrexd", "strexd"):
-        return _Insn("ldm" if name.startswith("ld") else "stm", nregs=2, **kw)
-    if name in ("vldr", "vstr"):
-        return _Insn("fp_mem", **kw)
-    if name.startswith("ldr") or name.startswith("ldaex") or name == "lda":
-        return _Insn("load", single_load=not writes_pc, branch=writes_pc, **kw)
-    if name.startswith("str") or name.startswith("stl"):
-        return _Insn("store", regoff=any(m.index for m in mem), **kw)
-    if name in ("sdiv", "udiv"):
-        return _Insn("div", **kw)
-    if name in ("mul", "mla", "mls"):
-        return _Insn("mul", **kw)
-    if _DSP.match(name):
-        return _Insn("dsp", **kw)
-    if name.startswith("v"):
-        if re.match(r"v(n?ml[as]|f?n?fm[as])$", name):
-            return _Insn("fp_mac", **kw)
-        return _Insn("fp_div" if name in ("vdiv", "vsqrt") else "fp", **kw)
-    if name == "it":
-        return _Insn("it", **kw)
-    if name in _T_OTHER:
-        return _Insn("other", **kw)
-    return _Insn("alu", branch=writes_pc, **kw)  # MOV pc / ADD pc: "1 + P"
-
-
-def _a64(insn, A) -> _Insn:
-    name = insn.insn_name()
-    reads, writes = (frozenset(r) for r in insn.regs_access())
-    mem = [op.mem for op in insn.operands if op.type == A.ARM64_OP_MEM]
-    addr = frozenset(r for m in mem for r in (m.base, m.index) if r)
-    regs = [op.reg for op in insn.operands if op.type == A.ARM64_OP_REG]
-    vector = any(A.ARM64_REG_V0 <= r <= A.ARM64_REG_V31 for r in regs)
-    fpreg = vector or any(_a64_fp(r, A) for r in regs)
-    cond = insn.cc not in (A.ARM64_CC_AL, A.ARM64_CC_INVALID, A.ARM64_CC_NV) or name in (
-        "cbz", "cbnz", "tbz", "tbnz")
-    kw = dict(reads=reads, writes=writes - addr if mem else writes, addr=addr, cond=cond)
-    if name in _A_BRANCH:
-        return _Insn("branch", branch=True, **kw)
-    if mem or name.startswith(("ld", "st")):
-        load = name.startswith("ld")
-        data = [r for r in regs if r not in addr]
-        if len(data) > 1:  # LDP/STP, LD1 {v0, v1}: one transfer of several registers
-            return _Insn("ldm" if load else "stm", nregs=len(data), **kw)
-        return _Insn("load" if load else "store", single_load=load, regoff=any(m.index for m in mem), **kw)
-    if name in ("sdiv", "udiv"):
-        return _Insn("div", **kw)
-    if vector:
-        return _Insn("simd", **kw)
-    if fpreg and name.startswith("f"):
-        if name in ("fmadd", "fmsub", "fnmadd", "fnmsub"):
-            return _Insn("fp_mac", **kw)
-        return _Insn("fp_div" if name in ("fdiv", "fsqrt") else "fp", **kw)
-    if name in _A_MUL:
-        return _Insn("mul", **kw)
-    if name in ("nop", "hint", "dmb", "dsb", "isb", "svc", "hlt", "brk", "mrs", "msr", "yield", "wfi", "wfe"):
-        return _Insn("other", **kw)
-    return _Insn("fp" if fpreg else "alu", **kw)
-
-
-def _a64_fp(reg: int, A) -> bool:
-    """Whether an AArch64 register id names a scalar FP/SIMD register (B, H, S, D, Q)."""
-    return any(getattr(A, f"ARM64_REG_{p}0") <= reg <= getattr(A, f"ARM64_REG_{p}31") for p in "BHSDQ")
-
-
-# Pipes per class for the greedy dual-issue pairing: LLVM's ARMScheduleM7.td and AArch64SchedA53.td.
-_PIPE = {"alu": "I", "it": "I", "mul": "M", "dsp": "M", "load": "L", "store": "S", "fp": "F", "fp_mac": "F",
-         "simd": "F", "fp_mem": "L", "branch": "B"}
-_PAIR_LIMITS = {"thumb": {"I": 2, "M": 1, "L": 2, "S": 1, "F": 1, "B": 1},  # M7: 2 ALU, 2 load, 1 store...
-                "a64": {"I": 2, "M": 1, "L": 1, "S": 1, "F": 1, "B": 1}}  # A53: 1 load/store unit
-_LDST_SHARED = {"thumb": False, "a64": True}
-
-
-def _pairs(insns: list[_Insn], isa: str) -> int:
-    """Greedy count of adjacent pairs a dual-issue core could issue together (see CORES notes)."""
-    limits, n, i = _PAIR_LIMITS[isa], 0, 0
-    while i + 1 < len(insns):
-        a, b = insns[i], insns[i + 1]
-        pa, pb = _PIPE.get(a.cls), _PIPE.get("branch" if b.branch else b.cls)
-        ok = pa is not None and pb is not None and not a.branch
-        if ok:
-            use = {pa: 1}
-            use[pb] = use.get(pb, 0) + 1
-            if _LDST_SHARED[isa] and "L" in use and "S" in use:
-                ok = False
-            ok = ok and all(v <= limits[k] for k, v in use.items())
-            dep = a.writes & (b.reads | b.writes | b.addr)
-            ok = ok and not (dep and not b.branch)  # a branch may read the flags set beside it
-        if ok:
-            n += 1
-            i += 2
-        else:
-            i += 1
-    return n
-
-
-@dataclass
-class _Block:
-    """One translation block: its static histogram and how its last instruction changes flow."""
-    hist: dict
-    ninsn: int
-    term: str | None  # "b" (branch class) or "pc" (a load writing PC); None: falls through
-    cond: bool
-
-
-def _analyse(insns: list[_Insn], isa: str) -> _Block:
-    """Class histogram and pipeline facts of one block; the conditional terminator is left to run time."""
-    hist: dict = {}
-
-    def add(k, v=1):
-        hist[k] = hist.get(k, 0) + v
-
-    prev = None
-    for i, ins in enumerate(insns):
-        if ins.cls != "branch":
-            add(ins.cls)
-        elif i < len(insns) - 1:  # not seen from unicorn (a branch ends its block); counted as falling through
-            add("branch_not_taken")
-        if ins.cls in ("ldm", "stm"):
-            add(ins.cls + "_regs", ins.nregs)
-        if ins.regoff and ins.cls == "store":
-            add("store_regoff")
-        if prev is not None:
-            if prev.single_load and (ins.single_load or (ins.cls == "store" and ins.regoff)) \
-                    and not (prev.writes & ins.addr):
-                add("ls_pipelined")
-            if prev.cls in ("alu", "mul", "dsp", "div") and ins.addr and prev.writes & ins.addr \
-                    and ins.cls in ("load", "store", "ldm", "stm", "fp_mem"):
-                add("addr_dep")
-            if prev.cls in ("load", "ldm", "fp_mem") and not ins.branch and prev.writes & (ins.reads | ins.addr):
-                add("load_use")
-        prev = ins
-    add("dual_pairs", _pairs(insns, isa))
-    last = insns[-1]
-    term, cond = None, False
-    if last.branch:
-        term, cond = ("b" if last.cls in ("branch", "alu") else "pc"), last.cond
-        if last.cls == "alu":  # MOV pc: "1 + P" = the ALU slot plus a taken branch's refill
-            hist["alu"] -= 1
-        if not cond:
-            add("branch_taken" if term == "b" else "pc_load")
-    return _Block({k: v for k, v in hist.items() if v}, len(insns), term, cond)
 
 
 # ---------------------------------------------------------------- ELF loading and the call
@@ -554,13 +367,13 @@ class _BlockCounter:
         import unicorn as U
         if isa == "thumb":
             self._cs = C.Cs(C.CS_ARCH_ARM, C.CS_MODE_THUMB | C.CS_MODE_MCLASS)
-            self._const, self._decode = C.arm_const, _thumb
+            self._const, self._decode = C.arm_const, thumb
         else:
             self._cs = C.Cs(C.CS_ARCH_ARM64, C.CS_MODE_ARM)
-            self._const, self._decode = C.arm64_const, _a64
+            self._const, self._decode = C.arm64_const, a64
         self._cs.detail = True
         self.isa, self.uc, self.error = isa, uc, None
-        self.info: dict[tuple[int, int], _Block] = {}
+        self.info: dict[tuple[int, int], Block] = {}
         # per block: [executions, fall-through address if it ends in a conditional branch else 0, not taken]
         self.blocks: dict[tuple[int, int], list] = {}
         blocks, first, prev = self.blocks, self._first, [None]
@@ -638,7 +451,7 @@ class _BlockCounter:
             insns = [self._decode(i, self._const) for i in self._cs.disasm(code, address)]
             if not insns:
                 raise RuntimeError(f"capstone could not decode the block at {address:#x}")
-            block = self.info[key] = _analyse(insns, self.isa)
+            block = self.info[key] = analyse(insns, self.isa)
         except Exception as e:  # an exception cannot cross the C callback: keep it, stop, re-raise after
             self.error = e
             self.uc.emu_stop()
