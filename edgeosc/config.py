@@ -38,6 +38,9 @@ class DataConfig:
     val_speakers: tuple[str, ...] = ()
     # real speech: also train on every synthetic voice saying the same classes, band-limited to the recordings'
     synth_mix: bool = False
+    # always-on detectors: this many hours of keyword-free audio (data/negatives.py's training pool, never the
+    # evaluation's), cut into 1 s clips labelled _unknown_, join the training split
+    negatives_hours: float = 0.0
 
     def __post_init__(self):
         if self.dataset not in DATASETS:
@@ -47,6 +50,8 @@ class DataConfig:
             raise ValueError(f"task {self.task!r} does not apply to {self.dataset}; choose from {tasks}")
         if self.dataset != "synth" and not self.data_dir:
             raise ValueError(f"dataset {self.dataset!r} needs --data-dir pointing at your download")
+        if self.negatives_hours < 0:
+            raise ValueError(f"negatives_hours must be >= 0, got {self.negatives_hours}")
         if self.synth_mix and (self.dataset == "synth" or self.task == "all"):
             raise ValueError("synth_mix adds synthetic voices to real speech: fsdd, or speech-commands task 12")
 
@@ -132,6 +137,7 @@ class ModelConfig:
     positive: str = "relu2"
     anchors: str = "projected"  # "projected": own projection R; "tied": first d_osc key coordinates
     key_gate: bool = False  # a learned weight per key in the readout (attention.py, docs/maths.md#key-gate)
+    gate_map: str = ""  # the key gate's positive map; "": the coupling's (positive)
     form: str = "direct"  # oscillator core: "direct" (T x T passes) or "linear" (sums over keys; positive taylor2)
     score_scale: float = 4.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
     eps: float = 1e-6
@@ -163,6 +169,8 @@ class ModelConfig:
         if self.distance_bias and self.attention != "softmax":
             raise ValueError("distance_bias is the streaming softmax's relative position (the oscillator's: "
                              "rotate_anchors)")
+        if self.gate_map and self.gate_map not in POSITIVE_MAPS:
+            raise ValueError(f"unknown gate map {self.gate_map!r}; choose from {POSITIVE_MAPS}")
         if self.d_osc < 1 or self.p < 1:
             raise ValueError("d_osc and p must be >= 1")
         if self.phase_map not in PHASE_MAPS or self.phase_readout not in PHASE_READOUTS or not self.max_step > 0:

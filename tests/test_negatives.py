@@ -53,3 +53,28 @@ def test_det_points_equal_runs_at_their_threshold_and_recall_is_read_at_fixed_ra
         assert (best is None) == (not ok) and (best is None or best["recall"] == max(ok))
     assert r["negatives"]["hours"] == pytest.approx(1 / 60) and "recall at 1 false alarm per hour" in format_result(r)
     assert plot_det(r, tmp_path / "det.png").stat().st_size > 1000
+
+
+def test_the_training_pool_shares_no_sentence_with_the_evaluation_and_says_no_class_word():
+    train = {w for s in N.TRAINING_SENTENCES for w in N._words(s)}
+    assert train and not train & N.forbidden_words() and not set(N.TRAINING_SENTENCES) & set(N.SENTENCES)
+    a, b = N.make_negatives(8 / 3600, seed=0), N.make_negatives(8 / 3600, seed=0, pool="train")
+    assert a.shape == b.shape and not np.array_equal(a, b)
+    with pytest.raises(ValueError, match="unknown negatives pool"):
+        N.make_negatives(1 / 3600, pool="test")
+
+
+def test_training_negatives_join_the_training_split_as_unknown(tmp_path):
+    from edgeosc.config import SILENCE, UNKNOWN
+    from edgeosc.data import ClipSet, DataError
+    classes = (SILENCE, UNKNOWN, "yes")
+    data = ClipSet(np.zeros((3, SR), np.int16), np.arange(3), np.array(["a", "b", "c"]),
+                   np.array(["train", "val", "test"]), classes)
+    more = N.with_training_negatives(data, 5 / 3600, seed=1, cache_dir=tmp_path, progress=False)
+    new = slice(3, None)
+    assert len(more.audio) == 8 and (more.labels[new] == 1).all() and (more.split[new] == "train").all()
+    assert np.abs(more.audio[new]).max() > 0 and more.meta["negatives"]["clips"] == 5
+    assert (tmp_path / "negatives" / "v1-0.00138889h-seed1-train.npy").is_file()
+    with pytest.raises(DataError, match="_unknown_"):
+        N.with_training_negatives(ClipSet(data.audio, data.labels, data.groups, data.split, ("x", "y", "z")),
+                                  5 / 3600, 1, tmp_path, False)

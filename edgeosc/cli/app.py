@@ -70,6 +70,9 @@ DATA_FLAGS = [
     ("--val-speakers", "data.val_speakers", "FSDD: speakers held out for validation"),
     ("--synth-mix", "data.synth_mix", "Real speech: also train on every synthetic voice (eSpeak NG, 11 recorded "
                                       "speakers) saying the same classes, band-limited to the recordings' band"),
+    ("--negatives-hours", "data.negatives_hours", "Always-on detectors: add this many hours of keyword-free audio "
+     "(speech of other words, noise, music; never the stream-eval negatives), cut into 1 s clips, to the training "
+     "split as _unknown_ (0: none)"),
 ]
 CACHE_DIR = click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
                          help="Decoded-clip cache (default $EDGEOSC_CACHE or ~/.cache/edgeosc).")
@@ -94,6 +97,7 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--p", "model.p", "Readout sharpening power"),
     ("--positive", "model.positive", "Positive map of the coupling weights"),
     ("--key-gate", "model.key_gate", None),
+    ("--gate-map", "model.gate_map", "The key gate's positive map (default: the coupling's)"),
     ("--form", "model.form", None),
     ("--dropout", "model.dropout", "Dropout rate"),
     ("--phase-map", "model.phase_map", "Kuramoto: how features become phases"),

@@ -21,6 +21,9 @@ def load_dataset(cfg: DataConfig, cache_dir: str | Path | None = None, progress:
     if cfg.synth_mix:
         from .mix import with_synthetic_voices
         data = with_synthetic_voices(data, cfg, cache_dir, progress)
+    if cfg.negatives_hours:
+        from .negatives import with_training_negatives
+        data = with_training_negatives(data, cfg.negatives_hours, cfg.seed, cache_dir, progress)
     return data
 
 

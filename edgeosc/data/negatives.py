@@ -1,10 +1,12 @@
 """Audio that holds no keyword: the negatives of the always-on protocol (stream_eval.py), on which false alarms are
-counted per hour as published wake-word evaluations count them.
+counted per hour as published wake-word evaluations count them, and a second pool for training detectors.
 
-Made here and never trained on: the synthetic voices reading sentences of other words (none of any task's class
-words, nor the synthetic set's _unknown_ words), noise of several colours and mains hum, and music-like passages
-(notes with harmonics and decaying envelopes, chords, percussive bursts), in segments of a few seconds at varied
-levels over a low noise floor (no digital silence, which no microphone gives).
+Made here: the synthetic voices reading sentences of other words (none of any task's class words, nor the synthetic
+set's _unknown_ words), noise of several colours and mains hum, and music-like passages (notes with harmonics and
+decaying envelopes, chords, percussive bursts), in segments of a few seconds at varied levels over a low noise floor
+(no digital silence, which no microphone gives). Two pools that share no sentence and no random stream: "eval", the
+protocol's, never trained on, and "train" (`data.negatives_hours`: 1 s clips of it join a training split as
+_unknown_, the keyword-free audio a detector must learn to ignore).
 """
 from __future__ import annotations
 
@@ -65,6 +67,50 @@ SENTENCES = (
     "it is getting dark so we should head home",
     "the volume of the television is much too high",
 )
+# The training pool's sentences: none of the evaluation's, the same rule for words.
+TRAINING_SENTENCES = (
+    "the bakery at the corner sells warm rolls and cakes",
+    "my sister is learning to paint landscapes with watercolours",
+    "the hotel lobby was full of tourists with heavy suitcases",
+    "a gentle breeze moved the curtains in the small bedroom",
+    "they are planning a picnic by the lake next saturday",
+    "the farmer harvested the apples before the first frost",
+    "this jacket is warm but the sleeves are too long",
+    "we listened to the rain drumming against the window",
+    "the pharmacy closes early at weekends",
+    "her grandfather collects stamps from many countries",
+    "the football match was postponed because of the storm",
+    "an orange kitten slept in the sun all afternoon",
+    "the engineers tested the bridge with heavy trucks",
+    "please write your name at the top of the page",
+    "the coffee machine in the kitchen makes a strange noise",
+    "we drove through the forest to reach the village",
+    "the students presented their projects to the class",
+    "a flock of geese flew south over the fields",
+    "the soup needs more pepper and a little lemon",
+    "the elevator is broken so we took the stairs",
+    "he wrote a long letter to his old friend",
+    "the festival attracts musicians from around the world",
+    "the baby laughed when the puppy licked her hand",
+    "a thick fog covered the harbour at sunrise",
+    "the manager thanked everyone for their hard work",
+    "the candles flickered during the family dinner",
+    "the path along the cliff is narrow and steep",
+    "she keeps her keys in a small blue box",
+    "the orchestra rehearsed the symphony twice",
+    "the shop assistant wrapped the gift in silver paper",
+    "the clouds turned pink as the evening came",
+    "our neighbours adopted a very shy rabbit",
+    "the pilot announced that we would land shortly",
+    "fresh strawberries taste best in early summer",
+    "the museum guide told us about ancient pottery",
+    "the garage smells of paint and motor oil",
+    "he fixed the fence after the heavy wind",
+    "the bookshop has a cosy corner with armchairs",
+    "the market is crowded every saturday morning",
+    "a violin and a piano played a quiet melody",
+)
+POOLS = {"eval": SENTENCES, "train": TRAINING_SENTENCES}
 KINDS = ("speech", "noise", "music")
 WEIGHTS = (0.55, 0.2, 0.25)  # share of segments of each kind
 SEGMENT_S = (4.0, 20.0)
@@ -79,13 +125,13 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z']+", text.lower())
 
 
-def _speech(eng: _Espeak, rng: np.random.Generator, seconds: float) -> np.ndarray:
+def _speech(eng: _Espeak, rng: np.random.Generator, seconds: float, sentences=SENTENCES) -> np.ndarray:
     """One voice reading sentences, with pauses, for about `seconds`."""
     voice = VOICES[int(rng.integers(len(VOICES)))]
     rate, pitch, prange = int(rng.integers(130, 211)), int(rng.integers(20, 81)), int(rng.integers(25, 76))
     parts, n = [], 0
     while n < seconds * SR:
-        text = SENTENCES[int(rng.integers(len(SENTENCES)))]
+        text = sentences[int(rng.integers(len(sentences)))]
         x = eng.say(voice, text, rate, pitch, prange, int(rng.integers(1, 2**31))).astype(np.float32)
         if not np.any(x):
             raise DataError(f"voice {voice!r} produced no audio for {text!r}")
@@ -125,18 +171,22 @@ def _music(rng: np.random.Generator, seconds: float) -> np.ndarray:
     return out / np.abs(out).max() * 10 ** (rng.uniform(-24, -6) / 20)
 
 
-def make_negatives(hours: float, seed: int = 0, progress=None) -> np.ndarray:
-    """`hours` of keyword-free audio at 16 kHz, float32 in [-1, 1]; progress(done_s, total_s) after each segment."""
+def make_negatives(hours: float, seed: int = 0, progress=None, pool: str = "eval") -> np.ndarray:
+    """`hours` of keyword-free audio at 16 kHz, float32 in [-1, 1], from `pool` (POOLS); progress(done_s, total_s)
+    after each segment."""
     if not hours > 0:
         raise ValueError(f"negatives need hours > 0, got {hours}")
-    rng, eng, total = _rng(seed, "negatives", VERSION), None, int(hours * 3600 * SR)
+    if pool not in POOLS:
+        raise ValueError(f"unknown negatives pool {pool!r}; choose from {sorted(POOLS)}")
+    stream = "negatives" if pool == "eval" else f"negatives-{pool}"  # the eval pool's draws as first made
+    rng, eng, total = _rng(seed, stream, VERSION), None, int(hours * 3600 * SR)
     parts, n = [], 0
     while n < total:
         kind = KINDS[int(rng.choice(len(KINDS), p=WEIGHTS))]
         seconds = rng.uniform(*SEGMENT_S)
         if kind == "speech":
             eng = eng or _Espeak()
-            seg = _speech(eng, rng, seconds)
+            seg = _speech(eng, rng, seconds, POOLS[pool])
         else:
             seg = (_noise if kind == "noise" else _music)(rng, seconds)
         parts.append(seg.astype(np.float32))
@@ -150,18 +200,43 @@ def make_negatives(hours: float, seed: int = 0, progress=None) -> np.ndarray:
     return np.clip(x + floor, -1, 1).astype(np.float32)
 
 
-def load_negatives(hours: float, seed: int = 0, cache_dir: str | Path | None = None, progress=None) -> np.ndarray:
+def load_negatives(hours: float, seed: int = 0, cache_dir: str | Path | None = None, progress=None,
+                   pool: str = "eval") -> np.ndarray:
     """make_negatives, cached as 16-bit PCM in cache_dir/negatives (written atomically) when cache_dir is given."""
     if cache_dir is None:
-        return make_negatives(hours, seed, progress)
-    path = Path(cache_dir) / "negatives" / f"v{VERSION}-{hours:g}h-seed{seed}.npy"
+        return make_negatives(hours, seed, progress, pool)
+    name = f"v{VERSION}-{hours:g}h-seed{seed}" + ("" if pool == "eval" else f"-{pool}")
+    path = Path(cache_dir) / "negatives" / f"{name}.npy"
     if path.is_file():
         try:
             return np.load(path, allow_pickle=False).astype(np.float32) / 32767
         except (OSError, ValueError):
             path.unlink()  # a damaged cache file: made again below
-    pcm = np.round(make_negatives(hours, seed, progress) * 32767).astype(np.int16)
+    pcm = np.round(make_negatives(hours, seed, progress, pool) * 32767).astype(np.int16)
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.save(f, pcm, allow_pickle=False)
     return pcm.astype(np.float32) / 32767  # as every later call reads it
+
+
+def with_training_negatives(data, hours: float, seed: int, cache_dir: Path, progress: bool = True):
+    """`data` plus `hours` of the training pool cut into 1 s clips labelled _unknown_, in the training split only
+    (validation and test keep the dataset's own clips)."""
+    from ..config import UNKNOWN
+    if UNKNOWN not in data.classes:
+        raise DataError(f"negatives join the {UNKNOWN} class, which this task does not have ({list(data.classes)})")
+    clip = data.audio.shape[1]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=round(3600 * hours), unit="s", desc="training negatives", leave=False)
+    try:
+        x = load_negatives(hours, seed, cache_dir, bar and (lambda done, total: bar.update(round(done) - bar.n)),
+                           pool="train")
+    finally:
+        if bar:
+            bar.close()
+    n = len(x) // clip
+    audio = np.round(x[: n * clip].reshape(n, clip) * 32767).astype(np.int16)
+    return data.extended(audio, np.full(n, data.classes.index(UNKNOWN)), np.full(n, "negatives"),
+                         np.full(n, "train"), negatives=dict(clips=n, hours=hours, seed=seed, pool="train"))

@@ -421,7 +421,7 @@ class OscillatorAttention(_Heads):
 
     def __init__(self, d_model: int, heads: int, d_osc: int = 2, p: int = 1, positive: str = "softplus",
                  anchors: str = "projected", eps: float = 1e-6, form: str = "direct", score_scale: float = 1.0,
-                 key_gate: bool = False, window: int = 0, rotate_anchors: bool = False):
+                 key_gate: bool = False, window: int = 0, rotate_anchors: bool = False, gate_map: str = ""):
         super().__init__(d_model, heads, score_scale)
         if positive not in POSITIVE:
             raise ValueError(f"unknown positive map {positive!r}; choose from {sorted(POSITIVE)}")
@@ -433,6 +433,7 @@ class OscillatorAttention(_Heads):
         self.qkv = nn.Linear(d_model, 3 * d_model)  # F, G, V
         self.anchor = nn.Linear(d_model, heads * d_osc) if anchors == "projected" else None
         self.gate = nn.Linear(d_model, heads) if key_gate else None
+        self.gate_map = gate_map or positive
         if key_gate:
             nn.init.ones_(self.gate.bias)  # every key's weight starts near positive(1)
         if window and form != "linear" or rotate_anchors and not (window and d_osc == 2):
@@ -459,7 +460,7 @@ class OscillatorAttention(_Heads):
             return None
         if self.window:  # a stream weighs each key by itself: no normalisation over the keys, a bounded map instead
             return self.point("g", torch.sigmoid(self.split(self.point("g_raw", self.gate(x)))))  # [B,H,T,1]
-        g = self.point("g", POSITIVE[self.positive](self.split(self.point("g_raw", self.gate(x)))))  # [B,H,T,1]
+        g = self.point("g", POSITIVE[self.gate_map](self.split(self.point("g_raw", self.gate(x)))))  # [B,H,T,1]
         # a common factor on the g_j leaves a_ij unchanged: unit vectors over the keys keep g_j (1 + z_i.r_j)^p
         # within [0, 2^p] in every clip, one int8 scale for all
         return self.point("gn", unit(g.transpose(-1, -2), self.eps)).transpose(-1, -2)

@@ -81,7 +81,7 @@ class KWSTransformer(Hooked):
             return SoftmaxAttention(cfg.d_model, cfg.heads, cfg.score_scale, window=cfg.window,
                                     distance_bias=bool(cfg.window) and cfg.distance_bias)
         return OscillatorAttention(cfg.d_model, cfg.heads, cfg.d_osc, cfg.p, cfg.positive, cfg.anchors, cfg.eps,
-                                   form=cfg.form, score_scale=cfg.score_scale, key_gate=cfg.key_gate,
+                                   form=cfg.form, score_scale=cfg.score_scale, key_gate=cfg.key_gate, gate_map=cfg.gate_map,
                                    window=cfg.window, rotate_anchors=bool(cfg.window) and cfg.rotate_anchors)
 
     def forward(self, feats: Tensor, per_frame: bool = False) -> Tensor:  # [B,T,C]

@@ -162,9 +162,9 @@ class Graph:
         raw = self.linear(x, attn.gate, self.q(attn.quant, "g_raw") if self.int8 else None, label=f"{label}/g_raw")
         raw = b.transpose(raw, [2, 0, 1], name=f"{label}/g_keys")  # [1, T, H] -> [H, 1, T]
         if self.int8:
-            g = self.table(raw, POSITIVE[attn.positive], attn.quant, "g", f"{label}/g")
+            g = self.table(raw, POSITIVE[attn.gate_map], attn.quant, "g", f"{label}/g")
         else:
-            g = self.float_positive(raw, attn.positive, f"{label}/g")
+            g = self.float_positive(raw, attn.gate_map, f"{label}/g")
         return b.l2_normalization(g, name=f"{label}/gn")
 
     def oscillator_core(self, qh: int, kh: int, vh: int, r: int, attn: OscillatorAttention, label: str,
