@@ -107,21 +107,24 @@ class FeatureConfig:
 # hops (docs/results.md#ds-cnn says where our MFCC differs: a 32 ms window, arm_mfcc_f32's DCT, the per-band mean).
 MLPERF_FEATURES = FeatureConfig(n_mels=40, n_mfcc=10, f_min=20.0, f_max=4000.0)
 
-# The oscillator's own settings, and their values for the other attention kinds: a [model] table shared by several
-# kinds (the pipeline) or defaults made for the oscillator (pipeline.PipelineConfig) apply them to the oscillator only.
-OSCILLATOR_ONLY = dict(key_gate=False, form="direct")
-# The oscillator the pipeline ships (docs/results.md#the-linear-core): the linear core at d_osc 2 with the key gate.
-SHIPPED_OSCILLATOR = dict(d_osc=2, positive="taylor2", key_gate=True, form="linear")
+# The oscillator's own settings and the values every other kind holds for them (ModelConfig sets these): one [model]
+# table serves several kinds (the pipeline, sweeps), its oscillator settings applying to the oscillator only.
+NOT_OSCILLATOR = dict(d_osc=2, p=4, positive="taylor2", anchors="projected", key_gate=False, gate_map="", form="direct",
+                      rotate_anchors=True)
+# The direct core of the earlier reports (T x T passes, d_osc 8, relu2, no key gate): ModelConfig(**DIRECT_OSCILLATOR)
+DIRECT_OSCILLATOR = dict(d_osc=8, positive="relu2", key_gate=False, form="direct")
 
 
 def model_of_kind(model: "ModelConfig", kind: str) -> "ModelConfig":
-    """The model settings for one attention kind, the oscillator's own settings off for the others."""
-    return dataclasses.replace(model, attention=kind, **({} if kind == "oscillator" else OSCILLATOR_ONLY))
+    """The model settings for one attention kind (the oscillator's own settings reset for the others)."""
+    return dataclasses.replace(model, attention=kind)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A keyword-spotting network; `size` names a preset in models/kws.py (dims below override)."""
+    """A keyword-spotting network; `size` names a preset in models/kws.py (dims below override). The defaults are the
+    oscillator the pipeline ships (docs/results.md#the-linear-core): the linear core at d_osc 2 with the key gate.
+    For another kind, the oscillator's settings hold NOT_OSCILLATOR's values whatever is given."""
 
     attention: str = "oscillator"
     size: str = "small"
@@ -131,14 +134,14 @@ class ModelConfig:
     d_model: int = 0  # 0: the size preset's value
     heads: int = 0
     blocks: int = 0
-    # defaults: docs/results.md#levers
-    d_osc: int = 8
+    # the oscillator's settings; what each is worth: docs/results.md#levers
+    d_osc: int = 2
     p: int = 4
-    positive: str = "relu2"
+    positive: str = "taylor2"
     anchors: str = "projected"  # "projected": own projection R; "tied": first d_osc key coordinates
-    key_gate: bool = False  # a learned weight per key in the readout (attention.py, docs/maths.md#key-gate)
+    key_gate: bool = True  # a learned weight per key in the readout (attention.py, docs/maths.md#key-gate)
     gate_map: str = ""  # the key gate's positive map; "": the coupling's (positive)
-    form: str = "direct"  # oscillator core: "direct" (T x T passes) or "linear" (sums over keys; positive taylor2)
+    form: str = "linear"  # oscillator core: "direct" (T x T passes) or "linear" (sums over keys; positive taylor2)
     score_scale: float = 4.0  # initial value of the learned per-head scale on q k^T / sqrt(d_h)
     eps: float = 1e-6
     dropout: float = 0.1
@@ -164,8 +167,9 @@ class ModelConfig:
             raise ValueError(f"unknown positive map {self.positive!r}; choose from {POSITIVE_MAPS}")
         if self.anchors not in ("projected", "tied"):
             raise ValueError(f"unknown anchors {self.anchors!r}; choose 'projected' or 'tied'")
-        if self.key_gate and self.attention != "oscillator":
-            raise ValueError("key_gate is an oscillator setting")
+        if self.attention != "oscillator":
+            for name, value in NOT_OSCILLATOR.items():
+                object.__setattr__(self, name, value)
         if self.distance_bias and self.attention != "softmax":
             raise ValueError("distance_bias is the streaming softmax's relative position (the oscillator's: "
                              "rotate_anchors)")
@@ -182,9 +186,9 @@ class ModelConfig:
                 self.attention == "oscillator" and self.form == "linear" and self.d_osc == 2))):
             raise ValueError(f"window {self.window}: the streaming variant (window > 0) is for softmax attention or "
                              "the linear oscillator core at d_osc 2 (form 'linear'), and window >= 0")
-        if self.form == "linear" and (self.attention != "oscillator" or self.positive not in POLYNOMIAL_MAPS):
-            raise ValueError(f"form 'linear' is an oscillator setting and needs a polynomial positive map "
-                             f"({', '.join(POLYNOMIAL_MAPS)}), not positive {self.positive!r}")
+        if self.form == "linear" and self.positive not in POLYNOMIAL_MAPS:
+            raise ValueError(f"form 'linear' needs a polynomial positive map ({', '.join(POLYNOMIAL_MAPS)}), not "
+                             f"positive {self.positive!r} (the direct core: form 'direct')")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .config import (FLOAT_ONLY, MLPERF_FEATURES, OSCILLATOR_ONLY, QAT_EPOCHS, QAT_LR, SHIPPED_OSCILLATOR, BenchConfig,
+from .config import (FLOAT_ONLY, MLPERF_FEATURES, QAT_EPOCHS, QAT_LR, BenchConfig,
                      DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict,
                      model_of_kind, to_dict)
 from .io import write_json
@@ -41,10 +41,9 @@ class PipelineConfig:
     kinds: tuple[str, ...] = KINDS
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
-    # the oscillator shipped: the linear core at d_osc 2 with the key gate (docs/results.md#the-linear-core): its
-    # cost per token is fixed, 0.49x softmax's core at 49 tokens on a Cortex-M4. `edgeosc train` reads these defaults
-    # too; ModelConfig()'s own stay the direct d_osc-8 model of the earlier reports. Other kinds: config.OSCILLATOR_ONLY
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(**SHIPPED_OSCILLATOR))
+    # the oscillator shipped (ModelConfig's defaults): the linear core at d_osc 2 with the key gate, its cost per token
+    # fixed, 0.49x softmax's core at 49 tokens on a Cortex-M4; the other kinds take the oscillator's settings as none
+    model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     qat: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=QAT_EPOCHS, lr=QAT_LR))
     quant: QuantConfig = field(default_factory=QuantConfig)
@@ -81,10 +80,7 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     base = to_dict(PipelineConfig())
     qat = spec.get("qat", {})
     spec["qat"] = {**{k: base["qat"][k] for k in ("epochs", "lr")}, **qat}  # QAT's own defaults
-    model = spec.get("model", {})
-    if model.get("attention", "oscillator") != "oscillator":  # another kind: the oscillator's defaults do not apply
-        spec["model"] = {**OSCILLATOR_ONLY, **model}
-    if model.get("attention") == "ds-cnn":  # its own input unless the features are given
+    if spec.get("model", {}).get("attention") == "ds-cnn":  # its own input unless the features are given
         spec["features"] = {**to_dict(MLPERF_FEATURES), **spec.get("features", {})}
     if spec.get("data", {}).get("data_dir"):
         spec["data"]["data_dir"] = str(Path(spec["data"]["data_dir"]).expanduser().resolve())

@@ -22,12 +22,10 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
-from .config import DataConfig, FeatureConfig, ModelConfig, TrainConfig, from_dict, to_dict
+from .config import NOT_OSCILLATOR, DataConfig, FeatureConfig, ModelConfig, TrainConfig, from_dict, to_dict
 from .io import atomic_path, write_json
 
 SECTIONS = {"data": DataConfig, "features": FeatureConfig, "model": ModelConfig, "train": TrainConfig}
-# meaningless for softmax / kuramoto: deduplicated
-OSCILLATOR_ONLY = ("d_osc", "p", "positive", "anchors", "key_gate", "form", "rotate_anchors")
 
 
 def load_sweep(path: str | Path) -> tuple[dict, dict]:
@@ -70,16 +68,13 @@ def expand(base: dict, grid: dict) -> list[tuple[str, dict]]:
         for section, name in (("data", "data_dir"), ("train", "init_from")):  # recorded paths: absolute
             if sections[section].get(name):
                 sections[section][name] = str(Path(sections[section][name]).resolve())
-        if sections["model"].get("attention", "oscillator") != "oscillator":
-            for name in OSCILLATOR_ONLY:
-                sections["model"].pop(name, None)
         cfgs = {s: from_dict(cls, sections[s]) for s, cls in SECTIONS.items()}
         ident = tuple(cfgs.values())  # frozen dataclasses: equal settings, equal identity
         if ident in seen:
             continue
         seen.add(ident)
         name = "-".join(f"{k.split('.')[1]}={_short(v)}" for k, v in zip(keys, values)
-                        if not (k.split(".")[1] in OSCILLATOR_ONLY and cfgs["model"].attention != "oscillator"))
+                        if not (k.split(".")[1] in NOT_OSCILLATOR and cfgs["model"].attention != "oscillator"))
         runs.append((name or "base", cfgs))
     return runs
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from edgeosc.config import DataConfig, FeatureConfig, ModelConfig, QuantConfig
+from edgeosc.config import DIRECT_OSCILLATOR, DataConfig, FeatureConfig, ModelConfig, QuantConfig
 from edgeosc.data.clipset import ClipSet
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
@@ -77,8 +77,9 @@ def fit(model, x, y, steps, lr):
 
 @pytest.fixture(scope="session")
 def trained():
-    """Oscillator, key-gated oscillator ("gated") and softmax KWS nets trained briefly on tones, then QAT-tuned
-    (also as checkpoints, for the exporters); a held-out feature batch."""
+    """The direct oscillator core, with the key gate ("gated") and without, and softmax: KWS nets trained briefly
+    on tones, then QAT-tuned (also as checkpoints, for the exporters); a held-out feature batch. (The linear core's
+    own tests train theirs: test_linear_core.)"""
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.models.kws import build_model
     from edgeosc.quant import calibrate, float_model, quantize_model
@@ -89,8 +90,8 @@ def trained():
     out = {}
     for kind in ("oscillator", "gated", "softmax"):
         torch.manual_seed(0)
-        cfg = ModelConfig(attention="oscillator" if kind == "gated" else kind, key_gate=kind == "gated",
-                          n_classes=3, dropout=0.0)
+        cfg = ModelConfig(**{**DIRECT_OSCILLATOR, "key_gate": kind == "gated"}, n_classes=3, dropout=0.0,
+                          attention="oscillator" if kind == "gated" else kind)
         net = fit(build_model(cfg), x, y, 30, 1e-2)
         qat = quantize_model(net, QuantConfig())
         calibrate(qat, [(x, y)], 1)

@@ -201,10 +201,10 @@ def test_key_gate_weighs_keys_in_the_readout(mask_i):
 def test_key_gate_module_is_oscillator_only_and_matches_its_linear_form():
     from edgeosc.config import ModelConfig
     from edgeosc.models.kws import build_model
-    with pytest.raises(ValueError, match="oscillator setting"):
-        ModelConfig(attention="softmax", key_gate=True)
+    soft = ModelConfig(attention="softmax", key_gate=True, form="linear")  # another kind holds none of them
+    assert (soft.key_gate, soft.form) == (False, "direct")
     with pytest.raises(ValueError, match="polynomial positive map"):
-        ModelConfig(form="linear")  # relu2, the default map, has no finite feature map
+        ModelConfig(positive="relu2")  # the linear core, the default form, needs a finite feature map
     model = build_model(ModelConfig(key_gate=True, d_osc=2, positive="taylor2")).eval()
     x = torch.randn(2, 49, 40)
     attn = model.blocks[0].attn

@@ -28,12 +28,14 @@ SHAPE = dict(d_model=16, heads=2, blocks=1, n_frames=16, n_coeffs=10)  # d_h 8, 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """Untrained, calibrated QAT nets of both kinds -> int8.tflite -> firmware folders; an input each."""
-    from edgeosc.config import ModelConfig
+    """Untrained, calibrated QAT nets of both kinds (the oscillator's direct core, which TFLite Micro runs) ->
+    int8.tflite -> firmware folders; an input each."""
+    from edgeosc.config import DIRECT_OSCILLATOR, ModelConfig
     root = tmp_path_factory.mktemp("estimate")
     out = {"work": root / "work"}
     for kind in ("oscillator", "softmax"):
-        fw, name = E.random_firmware(ModelConfig(attention=kind, n_classes=3, **SHAPE), SHAPE["n_frames"], root)
+        fw, name = E.random_firmware(ModelConfig(attention=kind, n_classes=3, **SHAPE, **DIRECT_OSCILLATOR),
+                                     SHAPE["n_frames"], root)
         x = np.random.default_rng(1).integers(-128, 128, (1, SHAPE["n_frames"], SHAPE["n_coeffs"])).astype(np.int8)
         out[kind] = dict(dir=fw, name=name, tflite=root / f"{name}.tflite", x=x)
     return out
@@ -137,14 +139,14 @@ def test_shipped_firmware_fits_its_stack(tmp_path):
     import dataclasses
     import re
 
-    from edgeosc.config import SHIPPED_OSCILLATOR, ModelConfig
+    from edgeosc.config import ModelConfig
     if "cortex-m4" not in TARGETS:
         pytest.skip("no Thumb compiler")
     from edgeosc.cbuild import FIRMWARE
     ld = (FIRMWARE / "tools" / "mps2.ld").read_text()
     reserve = int(re.search(r"STACK_SIZE\s*=\s*DEFINED\(STACK_SIZE\)\s*\?\s*STACK_SIZE\s*:\s*(0x[0-9a-fA-F]+)",
                             ld)[1], 16)
-    osc = ModelConfig(**SHIPPED_OSCILLATOR)
+    osc = ModelConfig()
     configs = {"oscillator": osc, "softmax": dataclasses.replace(
         osc, attention="softmax", d_osc=8, positive="relu2", key_gate=False, form="direct")}
     stacks = {}
@@ -165,8 +167,8 @@ def test_sibling_projections_of_a_stream_run_as_one_call(tmp_path):
     """A stream's q, k and v (and the oscillator's anchors and gate) are one-row layers that read one input: code
     generation groups them (export/c/ops.py group_siblings) into one edgeosc_fc_group_int8 call per block, the later
     ones moved up; stream_hop then checks the emulated Cortex-M4's logits against the host build's."""
-    from edgeosc.config import SHIPPED_OSCILLATOR, ModelConfig, model_of_kind
-    osc = ModelConfig(**SHIPPED_OSCILLATOR)
+    from edgeosc.config import ModelConfig, model_of_kind
+    osc = ModelConfig()
     for cfg, members in ((osc, 5), (model_of_kind(osc, "softmax"), 3)):
         fw, name = E.random_firmware(cfg, cfg.n_frames, tmp_path / cfg.attention, window=8)
         text = (fw / f"{name}_model.c").read_text()

@@ -327,13 +327,14 @@ def test_exported_firmware_computes_the_checkpoints_features(cfg, tmp_path):
     """`export(checkpoint, ..., "c")` writes the front end of the features the model was trained with, not a
     default one: the generated <name>_frontend.c equals features.py on real clips."""
     from edgeosc.checkpoint import Checkpoint
-    from edgeosc.config import ExportConfig, ModelConfig, QuantConfig
+    from edgeosc.config import DIRECT_OSCILLATOR, ExportConfig, ModelConfig, QuantConfig
     from edgeosc.export import export
     from edgeosc.models.kws import build_model
     from edgeosc.quant import calibrate, quantize_model
 
     torch.manual_seed(0)
-    net = build_model(ModelConfig(n_classes=3, n_frames=cfg.n_frames, n_coeffs=cfg.n_coeffs, dropout=0.0))
+    net = build_model(ModelConfig(n_classes=3, n_frames=cfg.n_frames, n_coeffs=cfg.n_coeffs, dropout=0.0,
+                                  **DIRECT_OSCILLATOR))
     qat = quantize_model(net, QuantConfig())
     calibrate(qat, [(torch.randn(8, cfg.n_frames, cfg.n_coeffs), None)], 1)
     out = export(Checkpoint.of(qat.eval(), cfg, ["a", "b", "c"]), ExportConfig(), tmp_path / "kws", "c")

@@ -35,7 +35,8 @@ def test_oscillator_and_softmax_networks_differ_only_in_attention():
     soft = build_model(ModelConfig(attention="softmax", size="small"))
     extra = count_parameters(osc) - count_parameters(soft)
     cfg = osc.cfg
-    assert extra == cfg.blocks * (cfg.d_model * cfg.heads * cfg.d_osc + cfg.heads * cfg.d_osc)  # anchors R only
+    # anchors R and the key gate K only
+    assert extra == cfg.blocks * (cfg.d_model + 1) * cfg.heads * (cfg.d_osc + 1)
 
 
 def test_bad_config():

@@ -7,7 +7,7 @@ from brevitas.nn import QuantConv1d, QuantIdentity, QuantLinear
 from click.testing import CliRunner
 
 from edgeosc.cli import main
-from edgeosc.config import ATTENTION_KINDS, QUANT_PRESETS, FeatureConfig, ModelConfig, QuantConfig, TrainConfig
+from edgeosc.config import ATTENTION_KINDS, DIRECT_OSCILLATOR, QUANT_PRESETS, FeatureConfig, ModelConfig, QuantConfig, TrainConfig
 from edgeosc.models.attention import GATE_POINTS, LAYER_POINTS, QUANT_POINTS, oscillator_attention, \
     softmax_attention
 from edgeosc.models.kws import BLOCK_POINTS, MODEL_POINTS, build_model
@@ -26,10 +26,11 @@ def one_thread():
 
 
 def net(kind="oscillator", seed=0):
-    """A float net of an attention kind, or "gated": the oscillator with the key gate."""
+    """A float net of an attention kind, or "gated": the direct oscillator core with the key gate."""
     torch.manual_seed(seed)
     gated = kind == "gated"
-    return build_model(ModelConfig(attention="oscillator" if gated else kind, key_gate=gated, dropout=0.0)).eval()
+    return build_model(ModelConfig(**{**DIRECT_OSCILLATOR, "key_gate": gated}, dropout=0.0,
+                                   attention="oscillator" if gated else kind)).eval()
 
 
 def test_presets_and_hook_points_match_the_cores():

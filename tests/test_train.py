@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 import torch
 
-from edgeosc.config import SHIPPED_OSCILLATOR, AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
+from edgeosc.config import AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
 from edgeosc.checkpoint import CheckpointError, load_checkpoint
 from edgeosc.evaluate import evaluate_checkpoint
 from edgeosc.features import FeatureExtractor
@@ -54,7 +54,7 @@ def test_stream_clips_train_on_streams_and_need_a_streaming_model(tones, data_cf
         return model
 
     cfg, features = dataclasses.replace(TRAIN, epochs=1, stream_clips=2), FeatureConfig(normalize="running")
-    streaming = ModelConfig(size="small", window=49, **SHIPPED_OSCILLATOR)
+    streaming = ModelConfig(size="small", window=49)
     res = train(tones, tmp_path, model_cfg=streaming, feature_cfg=features, train_cfg=cfg, data_cfg=data_cfg,
                 progress=False, build=build)
     # trained and validated on streams (two clips, then the clip), the same streams each epoch; tested on both

@@ -623,8 +623,8 @@ def stream_cycles(core: str = "cortex-m4", windows: Sequence[int] = (49, 98, 196
     row also has their ratio, latency_ms and energy_uj per hop, and energy per second of audio (uj_per_s) at one
     hop per hop_ms, for both. Emulated logits are checked against the host build.
     """
-    from ..config import SHIPPED_OSCILLATOR, ModelConfig
-    model = model or ModelConfig(**SHIPPED_OSCILLATOR)
+    from ..config import ModelConfig
+    model = model or ModelConfig()
     if model.attention != "oscillator" or model.form != "linear":
         raise ValueError("stream_cycles prices the linear oscillator core (model.form 'linear') against softmax")
     configs = {"oscillator": model, "softmax": dataclasses.replace(

@@ -70,9 +70,6 @@ DATA_FLAGS = [
     ("--val-speakers", "data.val_speakers", "FSDD: speakers held out for validation"),
     ("--synth-mix", "data.synth_mix", "Real speech: also train on every synthetic voice (eSpeak NG, 11 recorded "
                                       "speakers) saying the same classes, band-limited to the recordings' band"),
-    ("--negatives-hours", "data.negatives_hours", "Always-on detectors: add this many hours of keyword-free audio "
-     "(speech of other words, noise, music; never the stream-eval negatives), cut into 1 s clips, to the training "
-     "split as _unknown_ (0: none)"),
 ]
 CACHE_DIR = click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
                          help="Decoded-clip cache (default $EDGEOSC_CACHE or ~/.cache/edgeosc).")
@@ -121,6 +118,9 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--weight-decay", "train.weight_decay", "AdamW weight decay"),
     ("--patience", "train.patience", None),
     ("--mixup", "train.mixup", None),
+    ("--train-negatives", "data.negatives_hours", "Always-on detectors: add this many hours of keyword-free audio "
+     "(speech of other words, noise, music; never stream-eval's negatives), cut into 1 s clips, to the training "
+     "split as _unknown_ (0: none)"),
     ("--stream-clips", "train.stream_clips", "Streaming models: train on streams, each clip after this many others "
      "as one recording with the listener's features, so its frames see the past a stream gives them (0: off; "
      "needs --normalize running)"),

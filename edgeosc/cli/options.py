@@ -20,8 +20,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..config import (ATTENTION_KINDS, DATASETS, FORMS, MODEL_SIZES, NORMALIZE_MODES, PHASE_MAPS, PHASE_READOUTS,
-                      POSITIVE_MAPS, QUANT_PRESETS, to_dict)
+from ..config import (ATTENTION_KINDS, DATASETS, FORMS, MODEL_SIZES, NORMALIZE_MODES, NOT_OSCILLATOR, PHASE_MAPS,
+                      PHASE_READOUTS, POSITIVE_MAPS, QUANT_PRESETS, to_dict)
 from ..pipeline import PipelineConfig, load_config
 
 
@@ -190,6 +190,11 @@ class Settings:
             msg = re.sub(r"^pipeline config: ", "", str(e))
             named = [g for k, g in self.given_as.items() if re.search(rf"\b{re.escape(k.split('.')[-1])}\b", msg)]
             raise click.ClickException(msg + (f" (given: {', '.join(named)})" if named else "")) from None
+        for name in NOT_OSCILLATOR:  # another kind drops them (ModelConfig); given on this line, they are a mistake
+            given = self.given_as.get(f"model.{name}")
+            if given and cfg.model.attention != "oscillator":
+                raise click.ClickException(f"{given}: {name} is an oscillator setting (attention is "
+                                           f"{cfg.model.attention})")
         if cfg.data.data_dir and not Path(cfg.data.data_dir).is_dir():
             raise click.ClickException(f"{self.given_as.get('data.data_dir', 'data.data_dir')}: no such folder")
         for name in ("train", "qat"):  # recorded paths: absolute
