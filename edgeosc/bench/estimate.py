@@ -510,7 +510,7 @@ def _kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     if spec["op"] == "DEPTHWISE_CONV_2D":
         geo = dict(zip(("in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w", "stride_h", "stride_w",
                         "dil_h", "dil_w", "pad_top", "pad_left"), (int(v) for v in f[:14])))
-        packs = depthwise3x3_packs(geo, c, oc, lo, hi, dsp)
+        packs = depthwise3x3_packs(geo, c, oc, lo, hi, dsp, w, bufs["bias"], int(f[14]))
         if packs:
             bufs["packed"] = pack_depthwise3x3(w, bufs["bias"], int(f[14]))
     elif packs:

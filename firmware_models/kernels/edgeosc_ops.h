@@ -72,9 +72,10 @@ void edgeosc_conv2d_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *o
 void edgeosc_depthwise_conv_int8(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch);
 
 /* scratch: EDGEOSC_DEPTHWISE_SCRATCH_WORDS(out_h, out_w) int32 words for the DSP path of 3 x 3, stride 1 (four
- * channels' padded int16 planes and their int8 outputs), or NULL for the other loops. */
+ * channels' padded int16 planes, a 256-byte block per column, aligned to 256 bytes inside, and their int8 outputs),
+ * or NULL for the other loops. */
 #define EDGEOSC_DEPTHWISE_SCRATCH_WORDS(out_h, out_w) \
-  (8 * (((out_h) + 1) >> 1) * ((out_w) + 2) + 2 * (((out_h) + 1) >> 1) * (out_w))
+  (63 + 64 * ((out_w) + 2) + 4 + 2 * (((out_h) + 1) >> 1) * (out_w))
 
 /* AVERAGE_POOL_2D on one NHWC image: the mean of the window's taps inside the image, rounded half away
  * from zero, clamped; input and output share scale and zero point (TFLite requires it). */

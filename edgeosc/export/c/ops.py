@@ -256,10 +256,8 @@ def wide_words(depth: int) -> int:
 
 
 def depthwise_scratch_words(out_h: int, out_w: int) -> int:
-    """EDGEOSC_DEPTHWISE_SCRATCH_WORDS: four channels' slots of row pairs (two words each, a border column either
-    side), then their int8 output records."""
-    pairs = -(-out_h // 2)
-    return 8 * pairs * (out_w + 2) + 2 * pairs * out_w
+    """EDGEOSC_DEPTHWISE_SCRATCH_WORDS: four channels' planes (256 bytes a column, 63 words to align), records."""
+    return 63 + 64 * (out_w + 2) + 4 + 2 * -(-out_h // 2) * out_w
 
 
 def fast_scratch_words(depth: int, units: int, rq: Struct) -> int:
@@ -293,27 +291,28 @@ def pack_weights(w: np.ndarray, bias: np.ndarray | None, zp_in: int, w16: bool =
 
 def pack_depthwise3x3(w: np.ndarray, bias: np.ndarray | None, zp_in: int) -> np.ndarray:
     """The packed weights of a 3 x 3 DEPTHWISE_CONV_2D for EDGEOSC_PACKED builds (edgeosc_ops.h), from int8 weights
-    [1, 3, 3, C] and their int32 bias (or None), as bytes: per channel seven int32 words, the int16 pairs
-    W_kx = (w[0][kx], w[1][kx]) for kx = 0, 1, 2, then V_kx = (w[1][kx], w[2][kx]), then the bias less zp_in times the
-    channel's weight sum (the planes hold inputs with the zero point in)."""
+    [1, 3, 3, C] and int32 bias (or None), as bytes: per channel seven int32 words, the int16 pairs W_kx = (w[0][kx],
+    w[1][kx]) for kx = 0, 1, 2, V_kx = (w[1][kx], w[2][kx]), then the bias less zp_in sum w (the planes hold zp_in)."""
     w = np.asarray(w, np.int64).reshape(3, 3, -1)
     pair = lambda lo, hi: (lo & 0xFFFF) | ((hi & 0xFFFF) << 16)  # noqa: E731
     folded = (0 if bias is None else np.asarray(bias, np.int64)) - zp_in * w.sum((0, 1))
     if np.any(np.abs(folded) >= 1 << 31):
         raise UnsupportedGraph(f"a bias with the input zero point folded in passes int32 ({folded.min()}..{folded.max()})")
     words = [pair(w[0, kx], w[1, kx]) for kx in range(3)] + [pair(w[1, kx], w[2, kx]) for kx in range(3)]
-    words = np.stack(words + [folded & 0xFFFFFFFF], 1).astype("<u4")
-    return words.view(np.int8).ravel()
+    return np.stack(words + [folded & 0xFFFFFFFF], 1).astype("<u4").view(np.int8).ravel()
 
 
-def depthwise3x3_packs(geo: dict, c_in: int, c_out: int, lo: int, hi: int, dsp) -> bool:
-    """Whether the DSP build runs a DEPTHWISE_CONV_2D on its 3 x 3 planes (dsp/edgeosc_depthwise_dsp.c): stride 1,
-    no dilation, one output per input channel, channels 4k, int8's whole output range (a ReLU output with zero point
-    -128 has it), every channel's requantization on the DSP constants (dsp: dsp_requant's), the padding within one
-    row and column."""
-    return (geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"], geo["dil_h"], geo["dil_w"]) == (3, 3, 1, 1, 1, 1) \
-        and c_in == c_out and c_in % 4 == 0 and (lo, hi) == (-128, 127) and dsp is not None \
-        and geo["pad_top"] + geo["in_h"] <= 2 * -(-geo["out_h"] // 2) + 2 and geo["pad_left"] + geo["in_w"] <= geo["out_w"] + 2
+def depthwise3x3_packs(g: dict, c_in: int, c_out: int, lo: int, hi: int, dsp, w, bias, zp_in: int) -> bool:
+    """Whether the DSP build runs a DEPTHWISE_CONV_2D (geometry g) on its 3 x 3 planes (dsp/edgeosc_depthwise_dsp.c):
+    stride 1, no dilation, multiplier 1, channels 4k, int8's whole output range, out_h <= 30, padding at most 1 before,
+    every channel on the DSP constants (dsp) with a shift right r >= 2 where SMMLAR by 2^(32 - r) + 1 rounds by 2^r
+    exactly: r <= 12, or its accumulators (|bias - zp_in sum w| + 128 sum |w|, w [1, 3, 3, C]) below 2^(32 - r)."""
+    w, right = np.asarray(w, np.int64).reshape(-1, c_out), np.asarray([0, 0] if dsp is None else dsp)[1::2]
+    acc = np.abs((0 if bias is None else np.asarray(bias, np.int64)) - zp_in * w.sum(0)) + 128 * np.abs(w).sum(0)
+    return (g["k_h"], g["k_w"], g["stride_h"], g["stride_w"], g["dil_h"], g["dil_w"]) == (3, 3, 1, 1, 1, 1) \
+        and c_in == c_out and c_in % 4 == 0 and (lo, hi) == (-128, 127) and g["out_h"] <= 30 and g["pad_top"] <= 1 \
+        and g["pad_left"] <= 1 and g["pad_top"] + g["in_h"] <= 2 * -(-g["out_h"] // 2) + 2 and g["pad_left"] + g["in_w"] \
+        <= g["out_w"] + 2 and bool(np.all(right >= 2) and np.all((right <= 12) | (acc < 2.0 ** (32 - right))))
 
 
 def weight_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors, pack: bool = True,
@@ -775,8 +774,9 @@ class Lowering:
                                    f"{w.shape} and depth multiplier {op.options.depthMultiplier}: out_c must be the "
                                    "weights' last dim and a multiple of in_c")
         f = p.fields
-        if depthwise3x3_packs(f, c_in, c_out, f["act_min"], f["act_max"], f["rq"].fields["dsp"]):  # the DSP planes
-            bias = None if f["bias"] is None else self.g.tensors[f["bias"].tensor].data
+        bias = None if f["bias"] is None else self.g.tensors[f["bias"].tensor].data
+        dsp = f["rq"].fields["dsp"]
+        if depthwise3x3_packs(f, c_in, c_out, f["act_min"], f["act_max"], dsp and dsp.values, w.data, bias, x.z):
             f.update(weights=Only(f["weights"], False), bias=Only(f["bias"], False),
                      packed=Only(Array(pack_depthwise3x3(w.data, bias, x.z), f"{out.name}_packed"), True))
         return self.emit("edgeosc_depthwise_conv_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op],

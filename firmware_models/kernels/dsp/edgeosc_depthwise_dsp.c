@@ -34,145 +34,150 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
 }
 
 /* Depthwise 3 x 3, stride 1, one output per input channel, on the DSP requantization constants (rq.dsp), when the
- * output range is int8's whole (a ReLU's output zero point -128 gives it). Four channels at a time:
- *  1. planes: the input as int16, padded with zp_in (the zero point is folded into the packed bias, and the
- *     padding adds nothing: TFLite's skipped taps), in slots per pair of output rows j, padded column px and
- *     channel k, each two words: A = rows (2j, 2j + 1), B = rows (2j + 2, 2j + 3) (a row pair is stored twice, as
- *     a slot's A and the slot above's B, so that a slot is one LDRD);
- *  2. per channel, output rows 2j and 2j + 1 of column ox from the slots of columns ox .. ox + 2, with the weights
- *     as pairs W = (w[0][kx], w[1][kx]) and V = (w[1][kx], w[2][kx]): row 2j takes SMLAD(A, W) + SMLABT(B, V), row
- *     2j + 1 SMLATB(A, W) + SMLAD(B, V), four instructions for six MACs per tap column; both requantized into an
- *     8-byte record per (j, ox): row 2j's four channels, then row 2j + 1's (an odd out_h computes a row more, in
- *     the padding, and drops it);
- *  3. each record's two words copied to the NHWC output. */
+ * output range is int8's whole (a ReLU's output zero point -128 gives it), out_h <= 30 and code generation found the
+ * rounding below exact for every channel (export/c/ops.py depthwise3x3_packs). Four channels at a time:
+ *  1. planes: the input as int16 row pairs, padded with zp_in (the zero point is folded into the packed bias, and the
+ *     padding adds nothing: TFLite's skipped taps), each row pair stored once: the word of padded column px, row pair
+ *     j (rows 2j, 2j + 1) and channel k at DW3_AT(J, px, j) + k, a 256-byte block per column whose last slot holds row
+ *     pair J - 1 (row pair J: the next block's first);
+ *  2. per channel, column by column, output rows 2j and 2j + 1 of column ox from A = row pair j and B = row pair j + 1
+ *     of columns ox .. ox + 2 (one slot pointer: the next row pair 16 bytes on, the next column 256), with the
+ *     weights as pairs W = (w[0][kx], w[1][kx]) and V = (w[1][kx], w[2][kx]): row 2j takes SMLAD(A, W) +
+ *     SMLABT(B, V), row 2j + 1 SMLATB(A, W) + SMLAD(B, V), four instructions for six MACs per tap column; a column
+ *     ends where the slot pointer reaches its block's end; both rows requantized into an 8-byte record per (ox, j):
+ *     row 2j's four channels, then row 2j + 1's (an odd out_h computes a row more, in the padding, and drops it);
+ *  3. each record's two words copied to the NHWC output.
+ * The requantization is requant_zp's with its last three steps as one SMMLAR: after x = SRDHM(acc, M) (SMMLAR by 2M),
+ * zp_out + round(x / 2^r), ties away from zero, is SMMLAR(x, 2^(32-r) + 1, zp_out) = zp_out + floor((x 2^(32-r) + x +
+ * 2^31) / 2^32) for 2 <= r (the factor fits) and |x| < 2^(32-r): the product's low word is a multiple of 2^(32-r), 0
+ * exactly at a tie, so adding x moves the floor only at a negative tie, down; for |x| >= 2^(32-r) and r <= 12 both
+ * clamp alike (|x / 2^r| >= 256). |x| <= |acc| <= |bias - zp_in sum w| + 128 sum |w|, which code generation bounds. */
 #define DW3_PAIRS(out_h) (((out_h) + 1) >> 1)
-/* the last row pair the planes read per group: J, or J - 1 where row pair J (the last slots' B) is all padding */
-#define DW3_LAST(p, J) ((p)->pad_top + (p)->in_h > 2 * (J) ? (J) : (J) - 1)
+#define DW3_AT(J, px, j) (64 * (px) + 4 * (16 - (J) + (j)))
 
 typedef struct { /* dw3_rows's job; its field order is the assembly's */
-  const int32_t *slots; /* channel k's slot of row pair 0, padded column 0 */
+  const int32_t *slots; /* channel k's word of column block 0 */
   int8_t *records;      /* channel k's byte of record 0 */
   int32_t m2, w[6];     /* edgeosc_dsp_requant's 2M; W0, W1, W2, V0, V1, V2 */
-  const int32_t *end;   /* past the first row's last slot */
-  int32_t bias, rc, right, rows, row_bytes; /* bias - zp_in sum w; requant_c; right; row pairs; 32 (out_w + 2) */
+  int32_t bias, kc, cols, skip, zp; /* bias - zp_in sum w; 2^(32 - right) + 1; out_w; 16 (16 - J) bytes; zp_out */
 } Dw3Job;
 
 #if EDGEOSC_ASM
-/* one channel's rows (Dw3Job); 14 registers: slot, record, 2M, six weights, A, B, two sums, the row's end */
+/* one pass: rows 2j and 2j + 1 of column ox (r0 at its row pair j, r1 at its record) */
+#define DW3_PASS                                                                                                  \
+  "ldr r11, [sp]\n\tldr r9, [r0], #16\n\tldr r10, [r0]\n\t" /* the bias; A and B of column ox */                  \
+  "smlatb r12, r9, r3, r11\n\tsmlad r11, r9, r3, r11\n\tsmlabt r11, r10, r6, r11\n\tsmlad r12, r10, r6, r12\n\t"  \
+  "ldr r9, [r0, #240]\n\tldr r10, [r0, #256]\n\t" /* column ox + 1 */                                              \
+  "smlad r11, r9, r4, r11\n\tsmlatb r12, r9, r4, r12\n\tsmlabt r11, r10, r7, r11\n\tsmlad r12, r10, r7, r12\n\t"  \
+  "ldr r9, [r0, #496]\n\tldr r10, [r0, #512]\n\t" /* column ox + 2 */                                              \
+  "smlad r11, r9, r5, r11\n\tsmlatb r12, r9, r5, r12\n\tsmlabt r11, r10, r8, r11\n\tsmlad r12, r10, r8, r12\n\t"  \
+  "smmlar r11, r11, r2, r11\n\tsmmlar r12, r12, r2, r12\n\tldr r9, [sp, #4]\n\t" /* 2^(32 - right) + 1 */          \
+  "smmlar r11, r11, r9, lr\n\tsmmlar r12, r12, r9, lr\n\t"                                                        \
+  "ssat r11, #8, r11\n\tssat r12, #8, r12\n\tstrb r12, [r1, #4]\n\tstrb r11, [r1], #8\n\t"
+
+/* one channel's columns (Dw3Job); 14 registers: slot, record, 2M, six weights, A, B, two sums, zp_out; two passes a
+ * loop, a column's end tested after each (the slot pointer's bits 4-7 all zero) */
 __attribute__((naked, noinline)) static void dw3_rows(const Dw3Job *job __attribute__((unused))) {
   __asm__("push {r4-r11, lr}\n\t"
-          "add r12, r0, #36\n\tldm r12, {r1-r6}\n\tmov lr, r1\n\tpush {r2-r6}\n\t" /* [sp]: bias rc right rows rowb */
+          "add r12, r0, #36\n\tldm r12, {r1-r4, lr}\n\tpush {r1-r4}\n\t" /* [sp]: bias kc cols skip; lr zp_out */
           "ldm r0, {r0-r8}\n\t"
-          "1:\n\t"
-          "ldr r11, [sp]\n\tldrd r9, r10, [r0], #32\n\t" /* tap column 0 */
-          "smlatb r12, r9, r3, r11\n\tsmlad r11, r9, r3, r11\n\tsmlabt r11, r10, r6, r11\n\tsmlad r12, r10, r6, r12\n\t"
-          "ldrd r9, r10, [r0]\n\t" /* 1 */
-          "smlad r11, r9, r4, r11\n\tsmlatb r12, r9, r4, r12\n\tsmlabt r11, r10, r7, r11\n\tsmlad r12, r10, r7, r12\n\t"
-          "ldrd r9, r10, [r0, #32]\n\t" /* 2 */
-          "smlad r11, r9, r5, r11\n\tsmlatb r12, r9, r5, r12\n\tsmlabt r11, r10, r8, r11\n\tsmlad r12, r10, r8, r12\n\t"
-          "smmlar r11, r11, r2, r11\n\tsmmlar r12, r12, r2, r12\n\tldrd r9, r10, [sp, #4]\n\t" /* requant_zp */
-          "add r11, r11, r11, asr #31\n\tadd r12, r12, r12, asr #31\n\tqadd r11, r11, r9\n\tqadd r12, r12, r9\n\t"
-          "asr r11, r11, r10\n\tasr r12, r12, r10\n\tssat r11, #8, r11\n\tssat r12, #8, r12\n\t"
-          "strb r12, [r1, #4]\n\tstrb r11, [r1], #8\n\t"
-          "cmp r0, lr\n\tbne 1b\n\t"
-          "add r0, r0, #64\n\tldr r9, [sp, #16]\n\tadd lr, lr, r9\n\t" /* the next row pair */
-          "ldr r9, [sp, #12]\n\tsubs r9, r9, #1\n\tstr r9, [sp, #12]\n\tbne 1b\n\t"
-          "add sp, sp, #20\n\tpop {r4-r11, pc}");
+          "2:\n\tldr r9, [sp, #12]\n\tadd r0, r0, r9\n" /* column ox's row pair 0 */
+          "1:\n\t" DW3_PASS "tst r0, #0xF0\n\tbeq 3f\n\t" DW3_PASS "tst r0, #0xF0\n\tbne 1b\n"
+          "3:\n\tldr r9, [sp, #8]\n\tsubs r9, r9, #1\n\tstr r9, [sp, #8]\n\tbne 2b\n\t"
+          "add sp, sp, #16\n\tpop {r4-r11, pc}");
 }
 #else
+static inline int8_t dw3_out(int32_t acc, const Dw3Job *job) {
+  return (int8_t)__ssat(edgeosc_smmulr(edgeosc_smmulr(acc, job->m2) + acc, job->kc) + job->zp, 8);
+}
+
 static void dw3_rows(const Dw3Job *job) {
-  const int32_t *slot = job->slots, *end = job->end, *const w = job->w;
+  const int32_t *slot = job->slots, *const w = job->w;
   int8_t *rec = job->records;
-  int32_t r, k;
-  for (r = 0; r < job->rows; ++r, slot += 16, end += job->row_bytes >> 2) {
-    for (; slot != end; slot += 8, rec += 8) {
-      int32_t y0 = job->bias, y1 = __smlatb(slot[0], w[0], job->bias);
+  int32_t ox, k;
+  for (ox = 0; ox < job->cols; ++ox) {
+    slot += job->skip >> 2;
+    do {
+      int32_t y0 = job->bias, y1 = job->bias;
       for (k = 0; k < 3; ++k) {
-        const int32_t *const s = slot + 8 * k;
-        y0 = __smlabt(s[1], w[3 + k], __smlad(s[0], w[k], y0));
-        y1 = __smlad(s[1], w[3 + k], k ? __smlatb(s[0], w[k], y1) : y1);
+        const int32_t a = slot[64 * k], b = slot[64 * k + 4];
+        y0 = __smlabt(b, w[3 + k], __smlad(a, w[k], y0));
+        y1 = __smlad(b, w[3 + k], __smlatb(a, w[k], y1));
       }
-      rec[0] = (int8_t)__ssat(requant_zp(y0, job->m2, job->right, job->rc), 8);
-      rec[4] = (int8_t)__ssat(requant_zp(y1, job->m2, job->right, job->rc), 8);
-    }
+      rec[0] = dw3_out(y0, job), rec[4] = dw3_out(y1, job);
+      slot += 4, rec += 8;
+    } while (((uintptr_t)slot & 0xF0u) != 0);
   }
 }
 #endif
 
-/* Two rows' words of four channels (x0 above x1) as each channel's int16 pair of the two rows, channels 0 to 3 */
+/* Two rows' words of four channels (x0 above x1) as each channel's int16 pair of the two rows, channels 0 to 3: the
+ * words' halves paired (PKHBT, PKHTB), then each pair's two bytes widened (SXTB16) */
 static inline void dw3_pairs(int32_t x0, int32_t x1, int32_t *v) {
-  const int32_t e0 = __sxtb16(x0), e1 = __sxtb16(x1), o0 = edgeosc_sxtb16_ror8(x0), o1 = edgeosc_sxtb16_ror8(x1);
-  v[0] = edgeosc_pack_bottoms(e0, e1), v[1] = edgeosc_pack_bottoms(o0, o1);
-  v[2] = edgeosc_pack_tops(e0, e1), v[3] = edgeosc_pack_tops(o0, o1);
+  const int32_t lo = edgeosc_pack_bottoms(x0, x1), hi = edgeosc_pack_tops(x0, x1);
+  v[0] = __sxtb16(lo), v[1] = edgeosc_sxtb16_ror8(lo), v[2] = __sxtb16(hi), v[3] = edgeosc_sxtb16_ror8(hi);
 }
 
-/* Row pair j of the four channels at x (padded row 0 of a column) into slot s: its A (j < J) and the slot above's B
- * (j > 0), a row outside the image at zp_in */
-static void dw3_row_pair(const EdgeoscConvParams *p, const int8_t *x, int32_t j, int32_t *s, int32_t W, int32_t J) {
-  const int32_t row = p->in_w * p->in_c, iy = 2 * j - p->pad_top;
-  const int32_t zp4 = (int32_t)(((uint32_t)p->zp_in & 0xFFu) * 0x01010101u);
-  int32_t *const t = s - 8 * W, v[4];
-  dw3_pairs(iy >= 0 && iy < p->in_h ? edgeosc_read4(x + 2 * j * row) : zp4,
-            iy + 1 >= 0 && iy + 1 < p->in_h ? edgeosc_read4(x + (2 * j + 1) * row) : zp4, v);
-  if (j < J) s[0] = v[0], s[2] = v[1], s[4] = v[2], s[6] = v[3];
-  if (j > 0) t[1] = v[0], t[3] = v[1], t[5] = v[2], t[7] = v[3];
+/* The row pairs' bounds (pad_top 0 or 1): lo the first wholly inside the image (row pair 0 is (padding, row 0) when
+ * pad_top is 1), hi past the last, then one more (row in_h - 1, padding) where edge, those past it all padding */
+static inline void dw3_bounds(const EdgeoscConvParams *p, int32_t *lo, int32_t *hi, int32_t *edge) {
+  const int32_t J = DW3_PAIRS(p->out_h);
+  *lo = p->pad_top, *hi = (p->pad_top + p->in_h) >> 1, *edge = ((p->pad_top + p->in_h) & 1) && *hi <= J;
 }
 
-/* step 1 for the four channels from c in the image's columns (the padding's, all zp_in, are written once a call):
- * the row pairs wholly inside the image in a loop without tests, the others (first and last) apart */
-/* noinline: inlined into its caller it ran 2% slower (gcc 12, -O2) */
+/* step 1 for the four channels from c in the image's columns (the row pairs wholly in the padding are written once a
+ * call): the row pairs wholly inside the image in a loop without tests, the edges apart */
 __attribute__((noinline)) static void depthwise3x3_planes(const EdgeoscConvParams *p, const int8_t *in, int32_t c,
-                                                         int32_t *slots) {
-  const int32_t W = p->out_w + 2, J = DW3_PAIRS(p->out_h), row = p->in_w * p->in_c;
-  const int32_t lo = (p->pad_top + 1) >> 1 > 1 ? (p->pad_top + 1) >> 1 : 1;
-  const int32_t hi = (p->pad_top + p->in_h) / 2 < J ? (p->pad_top + p->in_h) / 2 : J; /* j < hi: inside */
-  int32_t ix, j;
+                                                         int32_t *planes) {
+  const int32_t J = DW3_PAIRS(p->out_h), row = p->in_w * p->in_c, zp4 = (int32_t)(((uint32_t)p->zp_in & 0xFFu) * 0x01010101u);
+  int32_t ix, j, lo, hi, edge;
+  dw3_bounds(p, &lo, &hi, &edge);
   for (ix = 0; ix < p->in_w; ++ix) {
-    const int8_t *const x = in + ix * p->in_c + c - p->pad_top * row; /* padded row 0 */
-    int32_t *const s = slots + 8 * (ix + p->pad_left);
-    for (j = 0; j < lo; ++j) dw3_row_pair(p, x, j, s + 8 * W * j, W, J);
-    { /* inside: two words in, eight out, the pointers stepped */
-      const int8_t *r = x + 2 * j * row;
-      int32_t *a = s + 8 * W * j, *b = a - 8 * W + 1;
-      for (; j < hi; ++j, r += 2 * row, a += 8 * W, b += 8 * W) {
-        int32_t v[4];
-        dw3_pairs(edgeosc_read4(r), edgeosc_read4(r + row), v);
-        a[0] = b[0] = v[0], a[2] = b[2] = v[1], a[4] = b[4] = v[2], a[6] = b[6] = v[3];
-      }
+    const int8_t *r = in + ix * p->in_c + c + (lo ? row : 0); /* row 2 lo - pad_top */
+    int32_t *s = planes + DW3_AT(J, ix + p->pad_left, lo);
+    if (lo) dw3_pairs(zp4, edgeosc_read4(r - row), s - 4);
+    for (j = hi - lo; j > 0; --j, r += 2 * row, s += 4) {
+      const int32_t x0 = edgeosc_read4(r), x1 = edgeosc_read4(r + row);
+      dw3_pairs(x0, x1, s);
     }
-    for (; j <= DW3_LAST(p, J); ++j) dw3_row_pair(p, x, j, s + 8 * W * j, W, J);
+    if (edge) dw3_pairs(edgeosc_read4(r), zp4, s);
   }
 }
 
 static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
   const int32_t C = p->out_c, W = p->out_w + 2, J = DW3_PAIRS(p->out_h), row = p->out_w * C;
-  const int32_t zp2 = edgeosc_pair(p->zp_in);
-  int8_t *const records = (int8_t *)(void *)(scratch + 8 * J * W);
-  int32_t c, k, j, x;
-  for (j = 0; j < J; ++j) /* the padding's columns: both words of every slot zp_in */
-    for (x = 0; x < W; ++x)
-      if (x < p->pad_left || x >= p->pad_left + p->in_w)
-        for (k = 0; k < 8; ++k) scratch[8 * (j * W + x) + k] = zp2;
-  if (DW3_LAST(p, J) < J) /* the last slots' B past the image: zp_in too */
-    for (x = 8 * (J - 1) * W + 1; x < 8 * J * W; x += 2) scratch[x] = zp2;
+  const int32_t zp2 = edgeosc_pair(p->zp_in), n = p->out_h >> 1;
+  int32_t *const planes = (int32_t *)(((uintptr_t)scratch + 255u) & ~(uintptr_t)255u); /* blocks on 256 bytes */
+  int8_t *const records = (int8_t *)(void *)(planes + 64 * W + 4);
+  int32_t c, k, x, j, lo, hi, edge;
+  dw3_bounds(p, &lo, &hi, &edge);
+  for (x = 0; x < W; ++x) { /* the padding: the border columns' row pairs, the image columns' past the last row */
+    const int32_t inside = x >= p->pad_left && x < p->pad_left + p->in_w;
+    int32_t *s = planes + DW3_AT(J, x, inside ? hi + edge : 0), *const end = planes + DW3_AT(J, x, J) + 4;
+    for (; s != end; s += 4) s[0] = zp2, s[1] = zp2, s[2] = zp2, s[3] = zp2;
+  }
   for (c = 0; c < C; c += 4) {
-    depthwise3x3_planes(p, in, c, scratch);
+    depthwise3x3_planes(p, in, c, planes);
     for (k = 0; k < 4; ++k) {
       const int32_t *const pk = (const int32_t *)(const void *)p->packed + 7 * (c + k);
       const int32_t *const q = p->rq.dsp + (p->rq.per_channel ? 2 * (c + k) : 0);
       Dw3Job job;
+      job.slots = planes + k, job.records = records + k, job.m2 = q[0];
       job.w[0] = pk[0], job.w[1] = pk[1], job.w[2] = pk[2], job.w[3] = pk[3], job.w[4] = pk[4], job.w[5] = pk[5];
-      job.slots = scratch + 2 * k, job.records = records + k, job.m2 = q[0], job.end = job.slots + 8 * p->out_w;
-      job.bias = pk[6], job.rc = requant_c(q[1], p->zp_out), job.right = q[1], job.rows = J, job.row_bytes = 32 * W;
+      job.bias = pk[6], job.kc = (int32_t)((1u << (32 - q[1])) + 1u), job.cols = p->out_w, job.skip = 16 * (16 - J);
+      job.zp = p->zp_out;
       dw3_rows(&job);
     }
     { /* step 3: row 2j's word of each record, then row 2j + 1's (but past the last row) */
-      const int32_t *r = (const int32_t *)(const void *)records, *const end = r + 2 * (p->out_h >> 1) * p->out_w;
-      int8_t *o = out + c;
-      for (; r != end; o += row)
-        for (x = 0; x < p->out_w; ++x, r += 2, o += C)
-          *(edgeosc_unaligned_i32 *)(void *)o = r[0], *(edgeosc_unaligned_i32 *)(void *)(o + row) = r[1];
-      for (x = 0; x < (p->out_h & 1) * p->out_w; ++x, r += 2, o += C) *(edgeosc_unaligned_i32 *)(void *)o = r[0];
+      const int32_t *r = (const int32_t *)(const void *)records;
+      for (x = 0; x < p->out_w; ++x) {
+        int8_t *o = out + x * C + c;
+        for (j = n; j > 0; --j, r += 2, o += 2 * row) {
+          const int32_t y0 = r[0], y1 = r[1];
+          *(edgeosc_unaligned_i32 *)(void *)o = y0, *(edgeosc_unaligned_i32 *)(void *)(o + row) = y1;
+        }
+        if (p->out_h & 1) *(edgeosc_unaligned_i32 *)(void *)o = r[0], r += 2;
+      }
     }
   }
 }
