@@ -106,3 +106,24 @@ def test_emulated_cortex_m4_equals_tflite_micro(block):
     est = estimate_model(root / "ds_m4", "ds_m4", x[0], ("cortex-m4",), root / "work", tflite=path, expected=want)
     assert est["logits"] == want.tolist() and est["targets"]["cortex-m4"]["model"]["cycles"] > 0
     assert est["macs"]["by_kind"]["DEPTHWISE_CONV_2D"] == 25 * 5 * 16 * 3 * 3  # per output: k_h k_w
+
+
+def test_emulated_cortex_m4_depthwise_planes_equal_tflite_micro(tmp_path):
+    """DEPTHWISE_CONV_2D with one output per channel inside a whole graph: code generation packs it for the DSP path's
+    3 x 3 planes (dsp/edgeosc_depthwise_dsp.c), and the emulated M4's logits equal TFLite Micro's."""
+    import importlib.util
+    import shutil
+    pytest.importorskip("tflite_micro")
+    pytest.importorskip("unicorn")
+    if not (shutil.which("arm-none-eabi-gcc") or importlib.util.find_spec("ziglang")):
+        pytest.skip("no Thumb compiler: apt-get install gcc-arm-none-eabi, or pip install ziglang")
+    from edgeosc.bench.estimate import estimate_model
+    path = tmp_path / "ds.tflite"
+    path.write_bytes(ds_block(np.random.default_rng(0)))
+    generate(path, tmp_path / "ds_planes", name="ds_planes", features=None)
+    micro = runtime.load(path, "tflite-micro")
+    for x in np.random.default_rng(2).integers(-128, 128, (2, 1, 49, 10, 1)).astype(np.int8):
+        want = micro.run_raw(x).ravel()
+        est = estimate_model(tmp_path / "ds_planes", "ds_planes", x, ("cortex-m4",), tmp_path / "work", tflite=path,
+                             expected=want)
+        assert est["logits"] == want.tolist() and est["targets"]["cortex-m4"]["by_function"].get("dw3_rows", 0) > 0

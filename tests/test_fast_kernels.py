@@ -105,7 +105,7 @@ def test_kernels_build_unoptimised_and_optimised_with_hard_float(level, tmp_path
 
 
 def test_dscnn_depthwise_is_faster_on_the_dsp_path(tmp_path):
-    # its 3 x 3 stride-1 planes: 2.44 cycles/MAC measured (3.50 on row-pair passes, 13.0 on the per-tap SMLABB loop)
+    # its 3 x 3 stride-1 planes: 2.44 cycles/MAC measured (3.50 in two-row passes, 13.0 on the per-tap SMLABB loop)
     shape = dict(op="DEPTHWISE_CONV_2D", name="ds-cnn depthwise", in_h=25, in_w=5, in_c=64, k_h=3, k_w=3, out_c=64)
     (row,) = E.kernel_cycles("cortex-m4", shapes=[shape], work_dir=tmp_path)
     assert row["speedup"] > 15 and row["cycles_per_mac"] < 2.5 and row["macs"] == 25 * 5 * 64 * 9
