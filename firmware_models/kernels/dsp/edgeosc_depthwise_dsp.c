@@ -67,33 +67,34 @@ typedef struct { /* dw3_rows's job; its field order is the assembly's */
 #if EDGEOSC_ASM
 /* Two output rows 2j, 2j + 1 (r0 at row pair j, on 16 bytes): A = row pair j and B = j + 1 of each tap column in
  * r9, r10, the sums in r11, r12, the constants read from the stack, the record pointer read and written back */
-#define DW3_PAIR                                                                                                  \
-  "ldr r11, [sp]\n\tldr r9, [r0], #16\n\tldr r10, [r0]\n\t" /* the bias; A and B of column ox */                  \
-  "smlatb r12, r9, r3, r11\n\tsmlad r11, r9, r3, r11\n\tsmlabt r11, r10, r6, r11\n\tsmlad r12, r10, r6, r12\n\t"  \
-  "ldr r9, [r0, #240]\n\tldr r10, [r0, #256]\n\t" /* column ox + 1 */                                              \
-  "smlad r11, r9, r4, r11\n\tsmlatb r12, r9, r4, r12\n\tsmlabt r11, r10, r7, r11\n\tsmlad r12, r10, r7, r12\n\t"  \
-  "ldr r9, [r0, #496]\n\tldr r10, [r0, #512]\n\t" /* column ox + 2 */                                              \
-  "smlad r11, r9, r5, r11\n\tsmlatb r12, r9, r5, r12\n\tsmlabt r11, r10, r8, r11\n\tsmlad r12, r10, r8, r12\n\t"  \
-  "ldr r1, [sp, #4]\n\tldr r2, [sp, #8]\n\tldr lr, [sp, #12]\n\tldr r9, [sp, #16]\n\t" /* 2M, 2^(32-r)+1, zp, rec */ \
-  "smmlar r11, r11, r1, r11\n\tsmmlar r12, r12, r1, r12\n\tsmmlar r11, r11, r2, lr\n\tsmmlar r12, r12, r2, lr\n\t"  \
+#define DW3_PAIR                                                                                                       \
+  "ldr r11, [sp]\n\tldr r9, [r0], #16\n\tldr r10, [r0]\n\t" /* the bias; A and B of column ox */                       \
+  "smlatb r12, r9, r3, r11\n\tsmlad r11, r9, r3, r11\n\tsmlabt r11, r10, r6, r11\n\tsmlad r12, r10, r6, r12\n\t"       \
+  "ldr r9, [r0, #240]\n\tldr r10, [r0, #256]\n\t" /* column ox + 1 */                                                  \
+  "smlad r11, r9, r4, r11\n\tsmlatb r12, r9, r4, r12\n\tsmlabt r11, r10, r7, r11\n\tsmlad r12, r10, r7, r12\n\t"       \
+  "ldr r9, [r0, #496]\n\tldr r10, [r0, #512]\n\t" /* column ox + 2 */                                                  \
+  "smlad r11, r9, r5, r11\n\tsmlatb r12, r9, r5, r12\n\tsmlabt r11, r10, r8, r11\n\tsmlad r12, r10, r8, r12\n\t"       \
+  "ldr r1, [sp, #4]\n\tldr r2, [sp, #8]\n\tldr lr, [sp, #12]\n\tldr r9, [sp, #16]\n\t" /* 2M, 2^(32-r)+1, zp, rec */   \
+  "smmlar r11, r11, r1, r11\n\tsmmlar r12, r12, r1, r12\n\tsmmlar r11, r11, r2, lr\n\tsmmlar r12, r12, r2, lr\n\t"     \
   "ssat r11, #8, r11\n\tssat r12, #8, r12\n\tstrb r12, [r9, #4]\n\tstrb r11, [r9], #8\n\tstr r9, [sp, #16]\n\t"
 
 /* Four output rows 2j .. 2j + 3 (r0 at row pair j, on 32 bytes): row pairs j, j + 1, j + 2 of each tap column (A, B, C)
  * in r9, r10, r1, eight instructions for twelve MACs (rows 2j + 2 and 2j + 3 as rows 2j and 2j + 1 from B and C), the
  * sums in r11, r12, r2, lr; then the constants into the data registers, the record pointer into the first */
-#define DW3_TAPS(w, v)                                                                                              \
-  "smlad r11, r9, " w ", r11\n\tsmlatb r12, r9, " w ", r12\n\tsmlad r2, r10, " w ", r2\n\tsmlatb lr, r10, " w ", lr\n\t" \
+#define DW3_TAPS(w, v)                                                                                                 \
+  "smlad r11, r9, " w ", r11\n\tsmlatb r12, r9, " w ", r12\n\t"                                                        \
+  "smlad r2, r10, " w ", r2\n\tsmlatb lr, r10, " w ", lr\n\t"                                                          \
   "smlabt r11, r10, " v ", r11\n\tsmlad r12, r10, " v ", r12\n\tsmlabt r2, r1, " v ", r2\n\tsmlad lr, r1, " v ", lr\n\t"
-#define DW3_QUAD                                                                                                  \
-  "ldr lr, [sp]\n\tldr r9, [r0], #32\n\tldr r10, [r0, #-16]\n\tldr r1, [r0]\n\t" /* the bias; column ox */          \
-  "smlad r11, r9, r3, lr\n\tsmlatb r12, r9, r3, lr\n\tsmlad r2, r10, r3, lr\n\tsmlatb lr, r10, r3, lr\n\t"         \
-  "smlabt r11, r10, r6, r11\n\tsmlad r12, r10, r6, r12\n\tsmlabt r2, r1, r6, r2\n\tsmlad lr, r1, r6, lr\n\t"       \
-  "ldr r9, [r0, #224]\n\tldr r10, [r0, #240]\n\tldr r1, [r0, #256]\n\t" DW3_TAPS("r4", "r7")                    \
-  "ldr r9, [r0, #480]\n\tldr r10, [r0, #496]\n\tldr r1, [r0, #512]\n\t" DW3_TAPS("r5", "r8")                    \
-  "ldr r9, [sp, #4]\n\tldr r10, [sp, #8]\n\tldr r1, [sp, #12]\n\t"                                               \
-  "smmlar r11, r11, r9, r11\n\tsmmlar r12, r12, r9, r12\n\tsmmlar r2, r2, r9, r2\n\tsmmlar lr, lr, r9, lr\n\t"     \
-  "smmlar r11, r11, r10, r1\n\tsmmlar r12, r12, r10, r1\n\tsmmlar r2, r2, r10, r1\n\tsmmlar lr, lr, r10, r1\n\t"   \
-  "ssat r11, #8, r11\n\tssat r12, #8, r12\n\tssat r2, #8, r2\n\tssat lr, #8, lr\n\tldr r9, [sp, #16]\n\t"          \
+#define DW3_QUAD                                                                                                       \
+  "ldr lr, [sp]\n\tldr r9, [r0], #32\n\tldr r10, [r0, #-16]\n\tldr r1, [r0]\n\t" /* the bias; column ox */             \
+  "smlad r11, r9, r3, lr\n\tsmlatb r12, r9, r3, lr\n\tsmlad r2, r10, r3, lr\n\tsmlatb lr, r10, r3, lr\n\t"             \
+  "smlabt r11, r10, r6, r11\n\tsmlad r12, r10, r6, r12\n\tsmlabt r2, r1, r6, r2\n\tsmlad lr, r1, r6, lr\n\t"           \
+  "ldr r9, [r0, #224]\n\tldr r10, [r0, #240]\n\tldr r1, [r0, #256]\n\t" DW3_TAPS("r4", "r7")                           \
+  "ldr r9, [r0, #480]\n\tldr r10, [r0, #496]\n\tldr r1, [r0, #512]\n\t" DW3_TAPS("r5", "r8")                           \
+  "ldr r9, [sp, #4]\n\tldr r10, [sp, #8]\n\tldr r1, [sp, #12]\n\t"                                                     \
+  "smmlar r11, r11, r9, r11\n\tsmmlar r12, r12, r9, r12\n\tsmmlar r2, r2, r9, r2\n\tsmmlar lr, lr, r9, lr\n\t"         \
+  "smmlar r11, r11, r10, r1\n\tsmmlar r12, r12, r10, r1\n\tsmmlar r2, r2, r10, r1\n\tsmmlar lr, lr, r10, r1\n\t"       \
+  "ssat r11, #8, r11\n\tssat r12, #8, r12\n\tssat r2, #8, r2\n\tssat lr, #8, lr\n\tldr r9, [sp, #16]\n\t"              \
   "strb r11, [r9], #16\n\tstrb r12, [r9, #-12]\n\tstrb r2, [r9, #-8]\n\tstrb lr, [r9, #-4]\n\tstr r9, [sp, #16]\n\t"
 
 /* one channel's columns (Dw3Job): per column, row pair 0 alone where J is odd (the slot pointer's bit 4), then four
@@ -149,8 +150,8 @@ typedef struct { /* dw3_copy's job: step 3; its field order is the assembly's */
 #if EDGEOSC_ASM
 /* Two rows' words of four channels (a above b) as each channel's int16 pair of the two rows in r4-r7: the words'
  * halves paired (PKHBT, PKHTB), then each pair's two bytes widened (SXTB16); then stored, the slot pointer stepped */
-#define DW3_WIDEN(a, b)                                                                                               \
-  "pkhbt r6, " a ", " b ", lsl #16\n\tpkhtb r7, " b ", " a ", asr #16\n\t"                                         \
+#define DW3_WIDEN(a, b)                                                                                                \
+  "pkhbt r6, " a ", " b ", lsl #16\n\tpkhtb r7, " b ", " a ", asr #16\n\t"                                             \
   "sxtb16 r4, r6\n\tsxtb16 r5, r6, ror #8\n\tsxtb16 r6, r7\n\tsxtb16 r7, r7, ror #8\n\t"
 #define DW3_STORE "str r4, [r1], #16\n\tstr r5, [r1, #-12]\n\tstr r6, [r1, #-8]\n\tstr r7, [r1, #-4]\n\t"
 
@@ -182,8 +183,10 @@ __attribute__((naked, noinline)) static void dw3_copy(const Dw3Copy *job __attri
           "1:\n\tmov r1, r8\n\tsubs r3, r11, #2\n\tblt 3f\n"
           "2:\n\tldmia r0!, {r4-r7}\n\tstr r4, [r1]\n\tstr r5, [r1, r2]\n\tadd r1, r1, lr\n\tsubs r3, r3, #2\n\t"
           "str r6, [r1]\n\tstr r7, [r1, r2]\n\tadd r1, r1, lr\n\tbge 2b\n"
-          "3:\n\tadds r3, r3, #2\n\tbeq 4f\n\tldmia r0!, {r4, r5}\n\tstr r4, [r1]\n\tstr r5, [r1, r2]\n\tadd r1, r1, lr\n"
-          "4:\n\tcmp r12, #0\n\tbeq 5f\n\tldmia r0!, {r4, r5}\n\tstr r4, [r1]\n" /* the last row, without the one past it */
+          "3:\n\tadds r3, r3, #2\n\tbeq 4f\n\t"
+          "ldmia r0!, {r4, r5}\n\tstr r4, [r1]\n\tstr r5, [r1, r2]\n\tadd r1, r1, lr\n"
+          "4:\n\tcmp r12, #0\n\tbeq 5f\n\t" /* the last row, without the one past it */
+          "ldmia r0!, {r4, r5}\n\tstr r4, [r1]\n"
           "5:\n\tadd r8, r8, r9\n\tsubs r10, r10, #1\n\tbne 1b\n\t"
           "pop {r4-r11, pc}");
 }
