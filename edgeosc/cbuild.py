@@ -20,6 +20,7 @@ KERNELS = FIRMWARE / "kernels"
 FRONTEND = FIRMWARE / "frontend"
 HARNESS = FIRMWARE / "harness"
 TFLITE_OP = ROOT / "export" / "tflite_op"    # the EdgeOscAttention TFLite custom op's glue
+ORT_OP = ROOT / "export" / "ort_op"          # the ai.edgeosc::OscillatorAttention onnxruntime custom op
 CORE_SOURCES = (KERNELS / "edgeosc_fixedpoint.c", KERNELS / "edgeosc_attention.c")
 CFLAGS = ("-std=c99", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")  # build_shared's
 
