@@ -117,6 +117,25 @@ def evaluate_tflite(path: str | Path, data: ClipSet, feature_cfg: FeatureConfig,
                 classes=list(classes), split=split, interpreter=runner.interpreter)
 
 
+def evaluate_onnx(path: str | Path, data: ClipSet, feature_cfg: FeatureConfig, classes: tuple[str, ...],
+                  split: str = "test") -> dict:
+    """Accuracy and confusion matrix of an exported .onnx in onnxruntime (OnnxRunner: a *_op.onnx runs its
+    OscillatorAttention nodes in edgeosc's custom-op library where it can)."""
+    from .runtime.onnx import OnnxRunner
+    if tuple(data.classes) != tuple(classes):
+        raise CheckpointError(f"{path}: exported for classes {tuple(classes)}, the data has {tuple(data.classes)}")
+    runner = OnnxRunner(path)
+    n_classes = len(classes)
+    confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
+    for feats, labels in Batches(data, split, FeatureExtractor(feature_cfg), torch.device("cpu"))(256):
+        pred = torch.as_tensor(runner(feats.numpy()).argmax(-1))
+        confusion += torch.bincount(labels * n_classes + pred, minlength=n_classes**2).view(n_classes, n_classes)
+    n = int(confusion.sum())
+    return dict(accuracy=confusion.trace().item() / max(n, 1), n=n, confusion=confusion.tolist(),
+                classes=list(classes), split=split,
+                interpreter="onnxruntime" + (" + edgeosc_ort_op" if runner.custom_op else ""))
+
+
 def format_confusion(confusion: list[list[int]], classes: list[str]) -> str:
     width = max(6, max(len(c) for c in classes) + 1)
     lines = [" " * width + "".join(f"{c[:5]:>6}" for c in classes)]

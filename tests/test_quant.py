@@ -137,6 +137,8 @@ def test_qat_and_ptq_through_the_cli(tones, data_cfg, tmp_path, monkeypatch):
     assert res.exit_code == 0 and "int8_qcdq_op.onnx" in res.output, res.output
     manifest = json.loads((tmp_path / "ptq" / "export-onnx" / "manifest.json").read_text())
     assert manifest["quant"]["config"]["preset"] == "int8" and set(manifest["tools"]) >= {"torch", "onnxruntime"}
+    res = invoke("eval", tmp_path / "ptq" / "export-onnx" / "int8_qcdq_op.onnx")  # an export's file, in onnxruntime
+    assert res.exit_code == 0 and "test accuracy" in res.output and "(onnxruntime" in res.output, res.output
     # misuse: one-line errors
     quantized = tmp_path / "qat" / "best.pt"
     for args, needle in ((["--qat"], "--from"), (["--qat", "--from", src, "--attention", "softmax"], "--attention"),

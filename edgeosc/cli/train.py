@@ -74,16 +74,17 @@ def train(settings, out, resume, qat, from_ckpt, cache_dir, quiet):
 @CACHE_DIR
 @friendly_errors
 def eval_cmd(checkpoint, settings, cache_dir, split, device, interpreter, as_json):
-    """Accuracy of a checkpoint or exported .tflite on a data split.
+    """Accuracy of a checkpoint or exported .tflite / .onnx on a data split.
 
-    CHECKPOINT is a .pt, or an exported .tflite beside its manifest.json. It is evaluated on a split of its own
+    CHECKPOINT is a .pt, or an exported .tflite or .onnx beside its manifest.json (onnxruntime runs a *_op.onnx's
+    OscillatorAttention nodes in edgeosc's custom-op library where it can). It is evaluated on a split of its own
     dataset; data settings given here change it, another --dataset replaces it.
     """
     from ..data import load_dataset
     from ..checkpoint import load_checkpoint
-    from ..evaluate import evaluate_checkpoint, evaluate_tflite, format_confusion
+    from ..evaluate import evaluate_checkpoint, evaluate_onnx, evaluate_tflite, format_confusion
     model_file = Path(checkpoint)
-    if model_file.suffix == ".tflite":
+    if model_file.suffix in (".tflite", ".onnx"):
         manifest = model_file.parent / "manifest.json"
         if not manifest.is_file():
             raise click.ClickException(f"{model_file}: no manifest.json beside it (export with `edgeosc export`)")
@@ -92,6 +93,8 @@ def eval_cmd(checkpoint, settings, cache_dir, split, device, interpreter, as_jso
     data = load_dataset(settings.load(base={"data": ckpt.data_cfg}).data, cache_dir)
     if model_file.suffix == ".tflite":
         res = evaluate_tflite(model_file, data, ckpt.feature_cfg, ckpt.classes, split, interpreter)
+    elif model_file.suffix == ".onnx":
+        res = evaluate_onnx(model_file, data, ckpt.feature_cfg, ckpt.classes, split)
     else:
         res = evaluate_checkpoint(checkpoint, data, split, device)
     if as_json:
