@@ -19,11 +19,15 @@ flatbuffers>=24.3
 scipy>=1.10
 ai-edge-litert>=2.0
 # optional: tflite-runtime (Python <= 3.11) runs int8_custom.tflite, the oscillator's EdgeOscAttention op (its kernel
-# built here with cc); smbus2 (INA219/INA260 power monitor on I2C); sounddevice (edgeosc listen --mic)
+# built here with cc); onnxruntime and onnx run the int8 ONNX files, the oscillator's int8_qcdq_op.onnx with its
+# OscillatorAttention kernel (built here with cc); smbus2 (INA219/INA260 power monitor on I2C); sounddevice
+# (edgeosc listen --mic)
 """
 MODEL_FILES = ("int8.tflite", "int8_custom.tflite", "float.tflite", "manifest.json")
-# the C sources of the EdgeOscAttention kernel (tflite-runtime builds it on first use with cc)
-C_SOURCES = ("export/tflite_op", "firmware_models/kernels")
+ONNX_FILES = ("int8_qcdq.onnx", "int8_qcdq_op.onnx")  # from export-<kind>/onnx, beside the TFLite files
+# the C sources of the EdgeOscAttention kernel (tflite-runtime builds it on first use with cc) and of the
+# OscillatorAttention kernel for onnxruntime (built likewise)
+C_SOURCES = ("export/tflite_op", "export/ort_op", "firmware_models/kernels")
 
 
 def _readme(kinds: list[str]) -> str:
@@ -58,6 +62,10 @@ Every kind's int8.tflite has builtin ops only: ai-edge-litert runs it. The oscil
 of its cores as one EdgeOscAttention op, the fast path: with tflite-runtime installed (`pip install tflite-runtime`,
 Python <= 3.11) run_bench.sh times it too, its kernel compiled on first use from `export/tflite_op` and
 `firmware_models/kernels` with the board's `cc` (no torch).
+
+With onnxruntime and onnx installed (`pip install onnxruntime onnx`) run_bench.sh also times the int8 ONNX files:
+each kind's int8_qcdq.onnx and the oscillator's int8_qcdq_op.onnx, whose OscillatorAttention nodes run in edgeosc's
+custom-op library, compiled on first use from `export/ort_op` with the board's `cc` and registered with onnxruntime.
 """
 
 
@@ -71,11 +79,12 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
     if out.exists():
         shutil.rmtree(out)
     for kind in kinds:
-        for name in MODEL_FILES:
-            src = run_dir / f"export-{kind}" / "tflite" / name
-            if src.is_file():
-                (out / "models" / kind).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, out / "models" / kind / name)
+        for folder, names in (("tflite", MODEL_FILES), ("onnx", ONNX_FILES)):
+            for name in names:
+                src = run_dir / f"export-{kind}" / folder / name
+                if src.is_file():
+                    (out / "models" / kind).mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, out / "models" / kind / name)
     shutil.copytree(ROOT / "edgeosc", out / "edgeosc", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for rel in C_SOURCES:
         shutil.copytree(ROOT / rel, out / rel, ignore=shutil.ignore_patterns("*.o", "*.so", "build"))
@@ -84,6 +93,8 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
     models = " ".join(f"models/{k}/int8.tflite" for k in kinds if (out / "models" / k / "int8.tflite").is_file())
     custom = " ".join(f"models/{k}/int8_custom.tflite" for k in kinds
                       if (out / "models" / k / "int8_custom.tflite").is_file())  # the op's fast path, tflite-runtime's
+    onnx = " ".join(f"models/{k}/{name}" for k in kinds for name in ONNX_FILES
+                    if (out / "models" / k / name).is_file())  # onnxruntime's, where it is installed
     script = out / "run_bench.sh"
     script.write_text(f"""#!/bin/sh
 # Latency (and, with --power/--power-log, energy) of the int8 models on this board -> results/
@@ -94,7 +105,9 @@ mkdir -p results
 PY="${{PYTHON:-python}}"
 CUSTOM=""
 if "$PY" -c "import tflite_runtime" 2>/dev/null; then CUSTOM="{custom}"; fi  # the EdgeOscAttention op's files
-"$PY" -m edgeosc bench models {models} $CUSTOM --runs 500 --json "results/bench-$(hostname).json" "$@"
+ONNX=""
+if "$PY" -c "import onnxruntime, onnx" 2>/dev/null; then ONNX="{onnx}"; fi  # the ONNX files
+"$PY" -m edgeosc bench models {models} $CUSTOM $ONNX --runs 500 --json "results/bench-$(hostname).json" "$@"
 """)
     script.chmod(0o755)
     (out / "results").mkdir()

@@ -8,7 +8,8 @@ need is in the bundle), `userland` (debootstrap --foreign of bookworm arm64 with
 built once under $EDGEOSC_CACHE/pi-rootfs-bookworm and renamed into place), `requirements` (the
 userland's own pip installs requirements.txt, as the bundle's README tells a Pi user), `bench`
 (run_bench.sh to the end, results JSON written, marked emulated), `listen` (on a WAV), `custom-op` (the
-EdgeOscAttention kernel built by the userland's gcc and registered with tflite-runtime) and `compare` (the
+EdgeOscAttention kernel built by the userland's gcc and registered with tflite-runtime; the OscillatorAttention
+library for onnxruntime built likewise, and run where onnxruntime is installed) and `compare` (the
 int8 models' raw outputs on fixed inputs, aarch64 against x86, per interpreter).
 
 Two traps of user-mode QEMU, handled here: XNNPACK's CPU detection reads the host's x86 /proc/cpuinfo and
@@ -230,11 +231,11 @@ def _script(path: Path, text: str) -> Path:
 
 def bench_models(bundle: Path, every: bool = False) -> list[str]:
     """The model files run_bench.sh always benches (its `bench models` line), or with every those it names at all
-    (the custom op's files join where tflite-runtime is installed)."""
+    (the custom op's files join where tflite-runtime is installed, the ONNX files where onnxruntime is)."""
     text = (bundle / "run_bench.sh").read_text()
     if not every:
         text = next((line for line in text.splitlines() if "-m edgeosc bench models" in line), "")
-    return re.findall(r"models/\S+?\.tflite", text)
+    return re.findall(r"models/\S+?\.(?:tflite|onnx)\b", text)
 
 
 def check_files(bundle: Path) -> None:
@@ -244,6 +245,8 @@ def check_files(bundle: Path) -> None:
     kernels = sorted({*CORE_SOURCES, *KERNELS.rglob("*.[ch]")})
     need = ["README.md", "requirements.txt", "run_bench.sh", "edgeosc/__main__.py",
             "export/tflite_op/edgeosc_tflite_op.c", *(str(p.relative_to(ROOT)) for p in kernels)]
+    if list((bundle / "models").glob("*/*.onnx")):  # the ONNX op's kernel source, where the bundle has ONNX files
+        need.append("export/ort_op/edgeosc_ort_op.c")
     if (bundle / "run_bench.sh").is_file():
         models = bench_models(bundle, every=True)
         if not models:
@@ -495,12 +498,14 @@ def check_run(run, cache=None, echo=print) -> dict:
 
 
 def _build_op() -> str:
-    """Inside the userland: build the kernel with $CC (the userland's gcc) and register it with tflite-runtime."""
+    """Inside the userland: build the kernel with $CC (the userland's gcc) and register it with tflite-runtime; build
+    the OscillatorAttention library for onnxruntime too, and run the *_op.onnx files with it where onnxruntime is."""
     import ctypes
+    import importlib.util
     import platform
 
     from .cbuild import compiler_version
-    from .runtime import custom_op
+    from .runtime import custom_op, ort_op
     try:
         lib = custom_op.build()
     except RuntimeError as e:
@@ -512,7 +517,20 @@ def _build_op() -> str:
     for m in models:  # registered with tflite-runtime's op resolver, then invoked
         r = runtime.load(m, interpreter="tflite-runtime", custom_ops=[custom_op.register])
         r.run_raw(*[np.zeros(t.shape, t.dtype) for t in r.inputs])
-    return line + f"; registered with tflite-runtime {_version('tflite-runtime')}: {len(models)} int8_custom.tflite ran"
+    line += f"; registered with tflite-runtime {_version('tflite-runtime')}: {len(models)} int8_custom.tflite ran"
+    try:
+        ort_lib = ort_op.build()
+    except RuntimeError as e:
+        raise SystemExit("error: the ONNX custom op does not build: " + _last_line(str(e)))
+    assert ctypes.CDLL(str(ort_lib)).RegisterCustomOps  # onnxruntime's entry point
+    onnx_models = sorted(Path("models").glob("*/*_op.onnx"))
+    if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None:
+        return line + f"; {ort_lib.name} built (onnxruntime not installed: {len(onnx_models)} *_op.onnx not run)"
+    from .runtime.onnx import OnnxRunner
+    for m in onnx_models:
+        r = OnnxRunner(m, custom_op=True)
+        r(np.zeros((1, *r.shape[1:]), np.float32))
+    return line + f"; {ort_lib.name} registered with onnxruntime {_version('onnxruntime')}: {len(onnx_models)} ran"
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)

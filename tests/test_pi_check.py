@@ -184,3 +184,26 @@ def test_the_bundle_bench_takes_a_python_override(tmp_path):
     from edgeosc import deploy
     assert 'PY="${{PYTHON:-python}}"' in Path(deploy.__file__).read_text() and text
     assert "scipy" in deploy.REQUIREMENTS  # listen --wav reads WAVs with scipy: found by the emulated check
+
+
+def test_the_bundle_carries_the_onnx_files_and_their_ops_source(tmp_path):
+    """Each kind's int8 ONNX files join the TFLite ones; run_bench.sh times them where onnxruntime is installed, the
+    oscillator's *_op.onnx with its OscillatorAttention kernel built from the bundle's export/ort_op."""
+    from edgeosc.deploy import build_bundle
+    run = tmp_path / "run"
+    for kind, names in (("oscillator", ("tflite/int8.tflite", "onnx/int8_qcdq.onnx", "onnx/int8_qcdq_op.onnx")),
+                        ("softmax", ("tflite/int8.tflite", "onnx/int8_qcdq.onnx", "onnx/float.onnx"))):
+        for name in names:
+            (run / f"export-{kind}" / name).parent.mkdir(parents=True, exist_ok=True)
+            (run / f"export-{kind}" / name).write_text("")
+    b = build_bundle(run, tmp_path / "bundle", archive=False)
+    assert sorted(p.relative_to(b).as_posix() for p in (b / "models").rglob("*.onnx")) == [
+        "models/oscillator/int8_qcdq.onnx", "models/oscillator/int8_qcdq_op.onnx", "models/softmax/int8_qcdq.onnx"]
+    script = (b / "run_bench.sh").read_text()
+    assert 'import onnxruntime, onnx' in script and "$ONNX" in script
+    assert pc.bench_models(b) == ["models/oscillator/int8.tflite", "models/softmax/int8.tflite"]  # always
+    assert "models/oscillator/int8_qcdq_op.onnx" in pc.bench_models(b, every=True)
+    pc.check_files(b)
+    (b / "export/ort_op/edgeosc_ort_op.c").unlink()
+    with pytest.raises(pc.CheckFailed, match="step files: missing file export/ort_op/edgeosc_ort_op.c"):
+        pc.check_files(b)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-
-import onnx
-from onnx import helper
+from typing import TYPE_CHECKING
 
 from ..cbuild import ORT_OP, build_shared
+
+if TYPE_CHECKING:  # onnx itself only where a model is looked at: building the library needs neither it nor onnxruntime
+    import onnx
 
 DOMAIN, OP = "ai.edgeosc", "OscillatorAttention"
 GLUE = ORT_OP / "edgeosc_ort_op.c"
@@ -41,7 +42,9 @@ def holds_op(model: onnx.ModelProto) -> bool:
 
 def unsupported(model: onnx.ModelProto) -> str | None:
     """Why the kernel cannot stand in for this model's OscillatorAttention nodes, in a few words; None if it can."""
+    import onnx
     import onnxruntime
+    from onnx import helper
     version = tuple(int(x) for x in onnxruntime.__version__.split(".")[:2] if x.isdigit())
     if version < MIN_ONNXRUNTIME:
         return f"onnxruntime {onnxruntime.__version__} is older than 1.16 (C API version 16)"
