@@ -74,7 +74,7 @@ def train(settings, out, resume, qat, from_ckpt, cache_dir, quiet):
 @CACHE_DIR
 @friendly_errors
 def eval_cmd(checkpoint, settings, cache_dir, split, device, interpreter, as_json):
-    """Accuracy of a checkpoint or exported .tflite / .onnx on a data split.
+    """Accuracy of a checkpoint or exported model on a data split.
 
     CHECKPOINT is a .pt, or an exported .tflite or .onnx beside its manifest.json (onnxruntime runs a *_op.onnx's
     OscillatorAttention nodes in edgeosc's custom-op library where it can). It is evaluated on a split of its own
