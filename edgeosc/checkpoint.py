@@ -86,9 +86,10 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
         ckpt = Checkpoint(model, model_cfg, from_dict(FeatureConfig, raw["feature_config"]),
                           from_dict(DataConfig, raw["data_config"]), train_cfg, tuple(raw["classes"]), raw, quant_cfg)
         missing, unexpected = ckpt.model.load_state_dict(raw["model"], strict=False)
-        if quant_cfg is not None:  # a QAT checkpoint from before the linear core's direct twin: still loads
-            from .quant import twin_state_keys
+        if quant_cfg is not None:  # a QAT checkpoint from before the linear core's builtin twin, or from its
+            from .quant import twin_legacy_keys, twin_state_keys  # direct-core form: still loads
             missing = sorted(set(missing) - twin_state_keys(ckpt.model))
+            unexpected = sorted(set(unexpected) - twin_legacy_keys(ckpt.model, unexpected))
         if missing or unexpected:
             raise RuntimeError(f"\nmissing {', '.join(missing[:3])}; unexpected {', '.join(unexpected[:3])}")
     except (KeyError, TypeError, ValueError, RuntimeError) as e:

@@ -94,12 +94,16 @@ assert tuple(PRESETS) == QUANT_PRESETS
 # >= 0 by construction: positive map, shifted cosines and their sum, reciprocal, readout, the key gate and the
 # shifted power it weighs; the ReLU output
 NONNEGATIVE = {"w", "c", "csum", "inv", "a", "ff_hidden", "g", "pow"}
-# A whole-clip linear core's direct twin: the direct form computes the same function (attention.py; taylor2), as a
-# chain of builtin int8 ops (export/tflite: int8.tflite, which every interpreter loads), so the linear
-# model carries the direct core's own points too: calibrated with the others (calibrate), never trained, unused by
+# A whole-clip linear core's builtin twin: the same function over T x T in builtin ops (export/tflite/twin.py:
+# int8.tflite, which every interpreter loads), so the linear model carries the twin's own points too, qk = q k^T and
+# zr = z r^T (its other scales follow from these): calibrated with the others (calibrate), never trained, unused by
 # the linear forward and its integer kernel (int8_custom.tflite, the C firmware).
-TWIN_POINTS = tuple(n for n in QUANT_POINTS["oscillator"] if n not in LINEAR_POINTS)
-TWIN_GATE_POINTS = tuple(n for n in GATE_POINTS if n not in LINEAR_GATE_POINTS)
+TWIN_POINTS = ("qk", "zr")
+# The direct form's other points, which a twin does not hold: they pass floats unchanged, so the direct form, run in
+# calibration, reaches the twin's points with the floats the linear form computes. (Checkpoints of the direct
+# core's int8 twin held them all; checkpoint.load_checkpoint drops them: twin_legacy_keys.)
+TWIN_PASS = tuple(n for n in QUANT_POINTS["oscillator"] + GATE_POINTS
+                  if n not in LINEAR_POINTS + TWIN_POINTS + LINEAR_GATE_POINTS)
 
 FIXED = {"oscillator": {"r": UnitVector, "wn": UnitVector, "z": UnitVector, "gn": UnitVector, "cn": UnitVector},
          "softmax": {"a": Probability}}
@@ -109,14 +113,17 @@ INPUT_LAYERS = {"to_phase"}  # Kuramoto: the layer reading the features (QATMode
 class QuantPoints(nn.Module):
     """A `quant(name, x)` hook (attention.py, kws.py): one Brevitas QuantIdentity per named point."""
 
-    def __init__(self, names: tuple[str, ...], preset: Preset, fixed: dict | None = None):
+    def __init__(self, names: tuple[str, ...], preset: Preset, fixed: dict | None = None, passed: tuple[str, ...] = ()):
         super().__init__()
         fixed = fixed or {}
         kinds = {n: fixed[n] if n in fixed else preset.act_unsigned if n in NONNEGATIVE else preset.act
                  for n in names}  # not `fixed.get(n) or ...`: a Brevitas injector class is falsy
         self.points = nn.ModuleDict({n: qnn.QuantIdentity(kind) for n, kind in kinds.items()})
+        self.passed = frozenset(passed)  # names that pass unchanged (a twin's TWIN_PASS)
 
     def forward(self, name: str, x: Tensor) -> Tensor:
+        if name in self.passed:
+            return x
         return self.points[name](x)  # a KeyError here: a point the model calls that quant.py does not know
 
     def proxy(self, name: str):
@@ -155,7 +162,7 @@ class QATModel(nn.Module):
         self.input_quant = qnn.QuantIdentity(preset.act, return_quant_tensor=True)  # carries its scale to the stem
         self.net = net
         self.output_quant = qnn.QuantIdentity(preset.act)  # int8 logits: parity is measured in their LSBs
-        # 1 once calibrate() has set the direct twin's points (linear-form models; twin_points)
+        # 1 once calibrate() has set the builtin twin's points (linear-form models; twin_points)
         self.register_buffer("twin_calibrated", torch.zeros((), dtype=torch.uint8))
 
     def forward(self, feats: Tensor, per_frame: bool = False) -> Tensor:  # [B,T,C] -> [B,classes]
@@ -245,12 +252,12 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
                              f"integer linear core), not d_osc {attn.d_osc}, p {attn.p}")
         anchor, gate = getattr(attn, "anchor", None), getattr(attn, "gate", None)
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
-        twin = linear and not attn.window  # its direct twin's points too: the int8 graph of builtin ops
+        twin = linear and not attn.window  # its builtin twin's points too: int8.tflite (export/tflite/twin.py)
         names = ((LINEAR_POINTS + TWIN_POINTS if twin else LINEAR_POINTS if linear else QUANT_POINTS[kind])
                  + tuple(n for n in LAYER_POINTS[kind] if n != "r_raw" or anchor is not None)
-                 + ((STREAM_GATE_POINTS if attn.window else GATE_POINTS if twin or not linear else LINEAR_GATE_POINTS)
+                 + ((STREAM_GATE_POINTS if attn.window else LINEAR_GATE_POINTS if linear else GATE_POINTS)
                     if gate is not None else ()))
-        attn.quant = QuantPoints(names, preset, FIXED[kind])
+        attn.quant = QuantPoints(names, preset, FIXED[kind], TWIN_PASS if twin else ())
         for name in _norm1_readers(attn):
             setattr(attn, name, _quant_layer(getattr(attn, name), preset, block.norm1.quant.proxy("norm")))
         attn.out = _quant_layer(attn.out, preset, attn.quant.proxy("out"))
@@ -316,23 +323,30 @@ def float_model(model: QATModel) -> nn.Module:
 
 
 def _twins(model: nn.Module) -> list[nn.Module]:
-    """The whole-clip linear-form oscillator layers of a QAT model: those with a direct twin (TWIN_POINTS)."""
+    """The whole-clip linear-form oscillator layers of a QAT model: those with a builtin twin (TWIN_POINTS)."""
     return [m for m in model.modules() if getattr(m, "form", None) == "linear" and not m.window
             and isinstance(getattr(m, "quant", None), QuantPoints) and TWIN_POINTS[0] in m.quant.points]
 
 
 def twin_points(model: nn.Module) -> list[nn.Module]:
-    """The quantizers of the direct twins' own points (TWIN_POINTS, TWIN_GATE_POINTS), in model order."""
-    return [attn.quant.points[n] for attn in _twins(model) for n in TWIN_POINTS + TWIN_GATE_POINTS
-            if n in attn.quant.points]
+    """The quantizers of the twins' own points (TWIN_POINTS), in model order."""
+    return [attn.quant.points[n] for attn in _twins(model) for n in TWIN_POINTS]
 
 
 def twin_state_keys(model: nn.Module) -> set[str]:
-    """The state-dict keys of the direct twins' points and their flag: what a checkpoint written before the twins
-    may lack (its model then exports no int8.tflite)."""
+    """The state-dict keys of the twins' points and their flag: what a checkpoint written before the twins may lack
+    (its model then exports no int8.tflite)."""
     ids = {id(q) for q in twin_points(model)}
     owners = [name for name, m in model.named_modules() if id(m) in ids]
     return {k for k in model.state_dict() if k == "twin_calibrated" or any(k.startswith(o + ".") for o in owners)}
+
+
+def twin_legacy_keys(model: nn.Module, keys) -> set[str]:
+    """Those of a checkpoint's keys that are the twins' TWIN_PASS points, which checkpoints of the direct core's int8
+    twin held (their qk and zr are the twins' points still)."""
+    owners = [f"{name}.points.{n}." for name, m in model.named_modules()
+              if isinstance(m, QuantPoints) and m.passed for n in m.passed]
+    return {k for k in keys if any(k.startswith(o) for o in owners)}
 
 
 @contextlib.contextmanager

@@ -228,7 +228,7 @@ def markdown(r: dict) -> str:
         lines += ["", "int8_custom.tflite (each oscillator core one EdgeOscAttention op; for the linear core its exact "
                       "integer core, the one the C firmware runs) in tflite-runtime: "
                       + ", ".join(f"{k} {_pct(v)}" for k, v in ops.items()) + ". A linear core's int8.tflite is its "
-                      "direct twin in builtin ops (docs/notebook.md#the-linear-cores-builtin-int8-graph)."]
+                      "builtin twin (docs/maths.md#builtin-twin)."]
     custom = [k for k in kinds if (m[k]["parity"] or {}).get("int8_file", "int8.tflite") != "int8.tflite"]
     if custom:
         lines += ["", f"The int8 file of {', '.join(custom)} is int8_custom.tflite: its linear core is the EdgeOscAttention "

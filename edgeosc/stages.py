@@ -77,7 +77,7 @@ def parity(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     ds = _dataset(cfg, cache_dir)
     feats = next(Batches(ds, "test", FeatureExtractor(ckpt.feature_cfg), torch.device("cpu"))(200))[0].numpy()
     tfl = run_dir / f"export-{kind}" / "tflite"
-    int8 = int8_file(tfl)  # int8.tflite (a linear core's: its direct twin), or int8_custom.tflite where it is alone
+    int8 = int8_file(tfl)  # int8.tflite (a linear core's: its builtin twin), or int8_custom.tflite where it is alone
     res = dict(float_tflite_max_abs=float_parity(float_model(ckpt.model), tfl / "float.tflite", feats[:32]),
                int8_file=int8.name, int8_tflite=int8_parity(ckpt.model, int8, feats))
     if int8.name == "int8.tflite" and (tfl / "int8_custom.tflite").is_file():
@@ -125,7 +125,7 @@ def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     feats = next(Batches(_dataset(cfg, cache_dir), "test", FeatureExtractor(ckpt.feature_cfg),
                          torch.device("cpu"))(1))[0].numpy()
     tfl = run_dir / f"export-{kind}" / "tflite"
-    # the firmware's own file: a linear core's is int8_custom.tflite (its int8.tflite, the direct twin, rounds apart)
+    # the firmware's own file: a linear core's is int8_custom.tflite (its int8.tflite, the builtin twin, rounds apart)
     tflite = tfl / "int8_custom.tflite" if linear_form(ckpt.model) else int8_file(tfl)
     # TFLite Micro cannot run the EdgeOscAttention op (a linear model's int8_custom.tflite): the firmware's
     # logits are then checked against its host build, its linear core against the reference (tests)

@@ -145,12 +145,12 @@ def test_latency_benchmark_runs_both_kinds(runs):
 
 def test_linear_model_exports_with_its_integer_core(tmp_path):
     """A linear-form model: float ONNX and float TFLite trace the same function; QAT quantizes the linear core's own
-    points and its direct twin's; int8_custom.tflite (the linear op) is close to QAT in tflite-runtime, and
-    int8.tflite (the direct twin, builtin ops only) runs in every interpreter, picking int8_custom's class."""
+    points and its builtin twin's; int8_custom.tflite (the linear op) is close to QAT in tflite-runtime, and
+    int8.tflite (the builtin twin, builtin ops only) runs in every interpreter, picking int8_custom's class."""
     from edgeosc import runtime
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.config import FeatureConfig, ModelConfig, QuantConfig
-    from edgeosc.models.attention import GATE_POINTS, LINEAR_POINTS
+    from edgeosc.models.attention import LINEAR_GATE_POINTS, LINEAR_POINTS
     from edgeosc.models.kws import build_model
     from edgeosc.quant import TWIN_POINTS, calibrate, float_model, quantize_model
     from edgeosc.runtime import custom_op
@@ -171,8 +171,8 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
         assert np.abs(runtime.load(tfl, "ai-edge-litert").run(x.numpy()) - want).max() < 1e-4
         qat = quantize_model(model, QuantConfig())
         attn = qat.net.blocks[0].attn
-        assert attn.form == "linear" and set(attn.quant.points) == {*LINEAR_POINTS, *TWIN_POINTS, *GATE_POINTS, "r_raw",
-                                                                     "proj"}
+        assert attn.form == "linear" and set(attn.quant.points) == {*LINEAR_POINTS, *TWIN_POINTS, *LINEAR_GATE_POINTS,
+                                                                     "r_raw", "proj"}
         assert np.abs(float_model(qat)(x).numpy() - want).max() < 1e-5
         calibrate(qat, [(x[:16], None), (x[16:], None)], 2)
         assert int(qat.twin_calibrated) == 1 and attn.form == "linear"

@@ -67,7 +67,7 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
         f"export-kuramoto/{f}" for f in stage(whole, "export-kuramoto")["results"]["files"]}
     for section in ("Kuramoto attention", "kuramoto runs in float only", "global order in", "Kuramoto ms"):
         assert section in text, section
-    # the pipeline's oscillator is the linear core: its int8.tflite (the direct twin, builtin ops) runs in every
+    # the pipeline's oscillator is the linear core: its int8.tflite (the builtin twin) runs in every
     # interpreter, and is checked against int8_custom.tflite (the linear op) in tflite-runtime
     parity = json.loads((whole / "parity-oscillator" / "parity.json").read_text())
     assert parity["int8_file"] == "int8.tflite" and len(parity["int8_tflite_accuracy"]) == 3

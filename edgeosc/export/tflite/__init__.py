@@ -13,8 +13,9 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                                            L2_NORMALIZATION of the rows before their sum
                          sums over keys    FULLY_CONNECTED with unit weights (one exact int32 sum)
                          softmax baseline  SOFTMAX
-                       A linear-form oscillator's int8.tflite is its direct twin: the direct core computes the
-                       same function over T x T, through the twin's own points, calibrated with QAT (quant.py).
+                       A linear-form oscillator's int8.tflite is its linear core's builtin twin (twin.py): the
+                       same function over T x T, rows normalised by SOFTMAX of logarithms, through the twin's own
+                       points (qk, zr), calibrated with QAT (quant.py).
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
                        (export/edgeosc_attention_tflite.md); oscillator networks only. A linear-form model's op
                        (option form "linear") is its integer linear core, sums over keys in int32/int64 as the
@@ -42,7 +43,6 @@ from ...io import atomic_path
 from ...models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, SoftmaxAttention, coupling, \
     reciprocal, shifted_power
 from ...models.kws import KWSKuramoto, KWSTransformer
-from ...quant import direct_form
 from ...runtime.custom_op import OP_NAME
 from ...runtime.tflite_file import check_tflite
 from .builder import TFLiteBuilder
@@ -76,9 +76,13 @@ class Graph:
 
     def table(self, x: int, fn, hook, name: str, label: str) -> int:
         """y = fn(x) between two quantized points as a lookup: CAST, ADD 128, GATHER (exact in every runtime)."""
+        (s_in,), (zp_in,) = self.b.quant(x)
+        return self.lookup(x, self.lut(s_in, zp_in, fn, hook, name), *self.q(hook, name), label)
+
+    def lookup(self, x: int, table: np.ndarray, scale: float, zero_point: int, label: str) -> int:
+        """table[x + 128] for int8 x: an int8 output at (scale, zero_point)."""
         b = self.b
-        (s_in,), (zp_in,) = b.quant(x)
-        t = b.const(f"{label}/table", self.lut(s_in, zp_in, fn, hook, name), np.int8, *self.q(hook, name))
+        t = b.const(f"{label}/table", table, np.int8, scale, zero_point)
         idx = b.cast(x, np.int32, name=f"{label}/index")
         idx = b.add(idx, b.const(f"{label}/offset", np.array([128], np.int32)), name=f"{label}/index128")
         return b.gather(t, idx, name=label)
@@ -138,10 +142,13 @@ class Graph:
             raw = self.heads(self.linear(x, attn.anchor, q("r_raw"), label=f"{label}/r_raw"), attn.heads,
                              f"{label}/r_raw")
             r = b.l2_normalization(raw, name=f"{label}/r")
-            if self.int8 and attn.form == "linear" and not self.custom_core:
-                raise ValueError("a linear-form oscillator has no builtin int8 graph (its integer core sums over keys "
-                                 "in int32/int64): export it as int8_custom.tflite (the EdgeOscAttention op)")
-            core = self.custom_oscillator_core if self.custom_core else self.oscillator_core
+            if self.custom_core:
+                core = self.custom_oscillator_core
+            elif self.int8 and attn.form == "linear":  # its integer core sums over keys: the builtin twin instead
+                from . import twin
+                core = lambda *args: twin.core(self, *args)  # noqa: E731
+            else:
+                core = self.oscillator_core
             out = core(qh, kh, vh, r, attn, label, self.key_gate(x, attn, label))
         t = b.shape(out)[1]
         merged = b.reshape(b.transpose(out, [1, 0, 2], name=f"{label}/merge"), [1, t, d], name=f"{label}/merged")
@@ -351,7 +358,7 @@ def _networks(model: nn.Module) -> tuple[nn.Module, object]:
 
 def int8_file(folder: str | Path) -> Path:
     """The int8 model of a TFLite export folder: int8.tflite, or int8_custom.tflite where there is no other (a
-    linear-form model's checkpoint from before its direct twin)."""
+    linear-form model's checkpoint from before its builtin twin)."""
     folder = Path(folder)
     builtin = folder / "int8.tflite"
     return builtin if builtin.is_file() or not (folder / "int8_custom.tflite").is_file() else folder / "int8_custom.tflite"
@@ -359,7 +366,7 @@ def int8_file(folder: str | Path) -> Path:
 
 def firmware_int8(qat: nn.Module) -> tuple[str, bytes]:
     """The int8 file a QAT model's C firmware is generated from, (name, flatbuffer): int8.tflite, a linear-form
-    model's int8_custom.tflite (its exact integer core; its int8.tflite is the direct twin), or a streaming
+    model's int8_custom.tflite (its exact integer core; its int8.tflite is the builtin twin), or a streaming
     network's stream_int8.tflite."""
     from ...models.dscnn import DSCNN
     if isinstance(qat.net, DSCNN):
@@ -420,11 +427,10 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
         qat.eval()
         if not linear_form(qat):
             _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
-        elif qat.twin_calibrated:  # a linear core's builtin graph: its direct twin (quant.py TWIN_POINTS)
-            with direct_form(qat):
-                _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
+        elif qat.twin_calibrated:  # a linear core's builtin graph: its twin (twin.py, quant.py TWIN_POINTS)
+            _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
         else:
-            warnings.warn(f"{out_dir}: no int8.tflite: the checkpoint predates the linear core's direct twin (its "
+            warnings.warn(f"{out_dir}: no int8.tflite: the checkpoint predates the linear core's builtin twin (its "
                           "points are calibrated with QAT: rerun edgeosc train --qat); int8_custom.tflite holds it")
         if any(isinstance(m, OscillatorAttention) for m in qat.modules()):
             _save(Graph(qat.net, qat, custom_core=True).build(), out_dir / "int8_custom.tflite")
