@@ -2,7 +2,8 @@
 its detections scored against where each keyword was said.
 
 The recording: the split's clips in a random order (keywords, _unknown_ words and _silence_ alike), each after a
-gap of quiet noise. A keyword event ends where its clip's speech ends: the clip's last frame whose loudest log-mel
+gap of quiet noise, or, in context, after 1-4 s of keyword-free audio (other sentences, noise, music: the
+negatives' kind of audio, other draws), as a keyword comes in a room where people talk. A keyword event ends where its clip's speech ends: the clip's last frame whose loudest log-mel
 is within frontend.ACTIVE_DB of the clip's loudest. A detection is a hit when it names the event's keyword and is
 decided between the clip's start and `tolerance_s` after the speech end (the window is 1 s: a word is visible for
 about that long), each event matched once; every other detection is a false alarm. Latency is the time from the
@@ -23,6 +24,7 @@ from .stream import Detection, FrontEnd, Listener, Model, StreamError, replay
 
 GAP_S = (0.2, 0.8)  # the quiet between two clips, uniform
 GAP_RMS = 1e-3  # its white noise (-60 dBFS): digital silence would floor the log-mels
+CONTEXT_GAP_S = (1.0, 4.0)  # in context: the keyword-free audio between two clips, uniform
 SWEEP = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # `stream-eval --sweep`'s thresholds
 
 
@@ -41,18 +43,32 @@ def speech_end_s(clip: np.ndarray, front: FrontEnd) -> float:
     return (last * cfg.hop_length + cfg.frame_length) / cfg.sample_rate
 
 
+def context_seconds(data: ClipSet, split: str, max_clips: int | None = None) -> float:
+    """Keyword-free audio that long_recording's gaps in context can take at most."""
+    n = len(data.indices(split)) if max_clips is None else min(max_clips, len(data.indices(split)))
+    return n * CONTEXT_GAP_S[1]
+
+
 def long_recording(data: ClipSet, split: str, front: FrontEnd, max_clips: int | None = None,
-                   seed: int = 0) -> tuple[np.ndarray, list[Event]]:
+                   seed: int = 0, context: np.ndarray | None = None) -> tuple[np.ndarray, list[Event]]:
     """The split's clips (a random max_clips of them, if given) in a random order with gaps: float32 samples in
-    [-1, 1] at the clips' rate, and the keyword clips' events."""
+    [-1, 1] at the clips' rate, and the keyword clips' events. context: keyword-free audio (float32, the clips'
+    rate, at least context_seconds long) whose consecutive stretches fill the gaps."""
     rng = np.random.default_rng(seed)
     idx = data.indices(split)
     if not len(idx):
         raise StreamError(f"the data set has no {split!r} clips")
     idx = rng.permutation(idx)[:max_clips]
-    sr, parts, events, t = front.cfg.sample_rate, [], [], 0
+    sr, parts, events, t, used = front.cfg.sample_rate, [], [], 0, 0
+    if context is not None and len(context) < len(idx) * CONTEXT_GAP_S[1] * sr:
+        raise StreamError(f"context audio of {len(context) / sr:.0f} s: {len(idx)} clips in context need "
+                          f"{len(idx) * CONTEXT_GAP_S[1]:.0f} s")
     for i in idx:
-        gap = (GAP_RMS * rng.standard_normal(int(rng.uniform(*GAP_S) * sr))).astype(np.float32)
+        if context is None:
+            gap = (GAP_RMS * rng.standard_normal(int(rng.uniform(*GAP_S) * sr))).astype(np.float32)
+        else:
+            gap = context[used: used + int(rng.uniform(*CONTEXT_GAP_S) * sr)]
+            used += len(gap)
         clip = data.audio[i].astype(np.float32) / 32768
         t += len(gap)
         keyword = data.classes[data.labels[i]]
@@ -96,21 +112,21 @@ def _listen(lis: Listener, audio: np.ndarray, progress=None) -> Listener:
 def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: float = 20.0, threshold: float = 0.7,
                     smooth: int = 3, refractory_s: float | None = None, max_clips: int | None = None, seed: int = 0,
                     tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None,
-                    thresholds=(), negatives: np.ndarray | None = None) -> dict:
+                    thresholds=(), negatives: np.ndarray | None = None, context: np.ndarray | None = None) -> dict:
     """Stream the long recording of `split` through `model` (a Listener with these settings) and score it; the
     recording and its events are written to wav_out (and wav_out with .json) when given. progress(done, total)
     is called every second of audio. thresholds: also score each of these from the same pass ("curve": the
     operating curve, recall against false alarms per hour). negatives: keyword-free audio (data/negatives.py)
     streamed by a listener of its own, every detection on it a false alarm: its false alarms per hour at each
     threshold beside the split's recall give the DET curve ("det") and the recall at 1, 5 and 10 false alarms
-    per hour ("recall_at"), the field's figures."""
+    per hour ("recall_at"), the field's figures. context: keyword-free audio between the clips (long_recording)."""
     if tuple(data.classes) != tuple(model.classes):
         raise StreamError(f"{model.name}: its classes {list(model.classes)} are not the data set's "
                           f"{list(data.classes)}")
     if negatives is not None and not thresholds:
         thresholds = DET_THRESHOLDS
     lis = Listener(model, hop_ms, threshold, smooth, refractory_s, record=bool(thresholds))
-    audio, events = long_recording(data, split, lis.front, max_clips, seed)
+    audio, events = long_recording(data, split, lis.front, max_clips, seed, context)
     sr = lis.cfg.sample_rate
     if wav_out is not None:
         write_wav(wav_out, audio, sr)
@@ -119,7 +135,8 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
     duration = len(audio) / sr
     curve = [dict(threshold=th, **score(replay(lis.trace, model.classes, lis.keywords, th, lis.refractory_s), events,
                                         duration, tolerance_s)) for th in thresholds]
-    res = dict(model=model.name, split=split, hop_ms=hop_ms, threshold=threshold, smooth=smooth,
+    res = dict(model=model.name, split=split, in_context=context is not None, hop_ms=hop_ms, threshold=threshold,
+               smooth=smooth,
                refractory_s=lis.refractory_s, window=model.window, seed=seed, tolerance_s=tolerance_s,
                **score(lis.detections, events, duration, tolerance_s), per_hop=lis.stats(),
                **({"curve": curve} if curve else {}))
@@ -183,7 +200,8 @@ def plot_det(res: dict, path: str | Path) -> Path:
 def format_result(r: dict) -> str:
     lat = r["latency_ms"]
     how = f"streaming, window {r['window']}" if r["window"] else "the whole window each hop"
-    lines = [f"{r['model']} ({how}), {r['split']} split as one recording of {60 * r['hours']:.1f} min, "
+    where = " in context" if r.get("in_context") else ""
+    lines = [f"{r['model']} ({how}), {r['split']} split{where} as one recording of {60 * r['hours']:.1f} min, "
              f"hop {r['hop_ms']:g} ms, threshold {r['threshold']}, smooth {r['smooth']}:",
              f"  keywords {r['events']}: hits {r['hits']}, misses {r['misses']}, recall "
              f"{100 * r['recall']:.2f}%" if r["recall"] is not None else "  no keyword clips",

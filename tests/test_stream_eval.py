@@ -65,6 +65,24 @@ def test_long_recording_holds_every_clip_and_finds_each_keywords_end():
     assert np.array_equal(audio, again) and len(long_recording(data, "test", front, max_clips=4)[0]) < len(audio)
 
 
+def test_in_context_the_gaps_are_stretches_of_the_given_audio():
+    from edgeosc.stream_eval import CONTEXT_GAP_S, context_seconds
+    data, front = tone_set(), FrontEnd(BAND_CFG)
+    context = np.arange(int(context_seconds(data, "test") * SR), dtype=np.float32) / 1e7  # a ramp: readable origin
+    audio, events = long_recording(data, "test", front, seed=1, context=context)
+    ends = []
+    for e in events:  # each keyword clip sits right after a stretch of the ramp
+        start = round(e.start_s * SR)
+        assert np.abs(audio[start:start + SR] * 32768 - data.audio).sum(1).min() < SR
+        assert np.allclose(np.diff(audio[start - 10:start]), 1e-7, rtol=0.1)
+        ends.append(audio[start - 1])
+    assert np.all(np.diff(ends) > 0)  # consecutive stretches, in order
+    n = len(data.indices("test"))
+    assert CONTEXT_GAP_S[0] * n <= len(audio) / SR - n <= CONTEXT_GAP_S[1] * n
+    with pytest.raises(StreamError, match="context audio of"):
+        long_recording(data, "test", front, context=context[:SR])
+
+
 def test_a_model_that_knows_every_word_hits_them_all_without_false_alarms(tmp_path):
     r = evaluate_stream(band_model(), tone_set(), hop_ms=100, threshold=0.5, smooth=1, seed=2,
                         wav_out=tmp_path / "rec.wav")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -88,18 +89,22 @@ def listen(model, wav, mic, hop_ms, threshold, smooth, window):
               help="Also stream this many hours of keyword-free audio (sentences of other words in the synthetic "
               "voices, noise, music-like tones; made once and cached) and report recall at 1, 5 and 10 false alarms "
               "per hour of it and the DET curve, as wake-word evaluations do.")
+@click.option("--in-context", is_flag=True,
+              help="Put the clips in context: 1-4 s of keyword-free audio (other sentences, noise, music; other "
+              "draws than --negatives-hours') between two clips instead of short quiet gaps.")
 @click.option("--det-plot", type=click.Path(dir_okay=False), default=None,
               help="With --negatives-hours: write the DET curve here (.png, .svg or .pdf).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @CACHE_DIR
 @friendly_errors
 def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed, window, wav_out,
-                sweep, negatives_hours, det_plot, as_json, cache_dir):
+                sweep, negatives_hours, in_context, det_plot, as_json, cache_dir):
     """Always-on accuracy: a split's clips as one long recording.
 
     MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json (its data set is the one of the
     checkpoint the manifest names). The split's clips, keywords and others alike, follow each other in a random
-    order with short gaps of quiet noise; `edgeosc listen`'s listener runs over them. A detection naming the keyword
+    order with short gaps of quiet noise (--in-context: longer stretches of speech, noise and music); `edgeosc
+    listen`'s listener runs over them. A detection naming the keyword
     of a clip between the clip's start and 1 s after its speech ends is a hit; every other detection is a false
     alarm. Prints recall, false alarms per hour and the latency after each keyword's end. With --negatives-hours,
     false alarms are also counted on keyword-free audio, and recall is read at 1, 5 and 10 of them per hour.
@@ -119,14 +124,19 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     if det_plot and not negatives_hours:
         raise click.UsageError("--det-plot needs --negatives-hours (the DET curve's false alarms are counted there)")
     data = load_dataset(settings.load(base={"data": load_checkpoint(source).data_cfg}).data, cache_dir)
-    negatives = None
-    if negatives_hours:
-        from ..data import default_cache_dir
-        from ..data.negatives import load_negatives
-        with tqdm(total=round(3600 * negatives_hours), unit="s", desc="keyword-free audio", leave=False,
-                  disable=as_json) as bar:
-            negatives = load_negatives(negatives_hours, seed, cache_dir or default_cache_dir(),
-                                       progress=lambda done, total: bar.update(round(done) - bar.n))
+    from ..data import default_cache_dir
+    from ..data.negatives import load_negatives
+
+    def keyword_free(hours: float, draws: int, what: str):
+        with tqdm(total=round(3600 * hours), unit="s", desc=what, leave=False, disable=as_json) as bar:
+            return load_negatives(hours, draws, cache_dir or default_cache_dir(),
+                                  progress=lambda done, total: bar.update(round(done) - bar.n))
+    negatives = keyword_free(negatives_hours, seed, "keyword-free audio") if negatives_hours else None
+    context = None
+    if in_context:  # whole 0.05 h, so nearby clip counts share one cached recording; other draws than the negatives'
+        from ..stream_eval import context_seconds
+        hours = math.ceil(context_seconds(data, split, max_clips) / 180) / 20
+        context = keyword_free(hours, 1000 + seed, "context audio")
     with tqdm(total=0, unit="s", desc="streaming", leave=False, disable=as_json) as bar:
         def progress(done, total):
             bar.total = round(total / net.feature_cfg.sample_rate)
@@ -134,7 +144,7 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
             bar.refresh()
         res = evaluate_stream(net, data, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed,
                               wav_out=wav_out, progress=progress, thresholds=SWEEP if sweep else (),
-                              negatives=negatives)
+                              negatives=negatives, context=context)
     click.echo(json.dumps(res) if as_json else format_result(res))
     if det_plot:
         from ..stream_eval import plot_det
