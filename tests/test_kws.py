@@ -44,3 +44,24 @@ def test_bad_config():
         ModelConfig(attention="linear")
     with pytest.raises(ValueError):
         build_model(ModelConfig(size="huge"))
+
+
+def test_sharpness_counts_the_keys_each_query_reads():
+    from edgeosc.models.sharpness import sharpness
+    torch.manual_seed(0)
+    x = torch.randn(3, 49, 40)
+    soft = build_model(ModelConfig(attention="softmax", n_classes=3)).eval()
+    d = soft.cfg.d_model
+    with torch.no_grad():  # q = 0: every score 0, every row uniform over the 49 frames
+        for block in soft.blocks:
+            block.attn.qkv.weight[:d] = 0
+            block.attn.qkv.bias[:d] = 0
+    rows = sharpness(soft, x)
+    assert len(rows) == soft.cfg.blocks and all(abs(k - 49) < 1e-3 for r in rows for k in r["effective_keys"])
+    assert all(abs(w - 1 / 49) < 1e-6 for r in rows for w in r["largest_weight"])
+    osc = build_model(ModelConfig(n_classes=3)).eval()  # the linear core: read from its direct form
+    rows = sharpness(osc, x)
+    assert all(1 <= k <= 49 and len(r["effective_keys"]) == osc.cfg.heads for r in rows for k in r["effective_keys"])
+    assert osc.blocks[0].attn.quant is None and osc.cfg.form == "linear"  # the model is left as it was
+    with pytest.raises(ValueError, match="whole-clip"):
+        sharpness(build_model(ModelConfig(n_classes=3, window=8)), x)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from .app import Ordered, main
+from .app import CACHE_DIR, Ordered, friendly_errors, main
 
 
 @main.group(cls=Ordered)
 def lab():
-    """Research tools (oscillator dynamics)."""
+    """Research tools (oscillator dynamics, attention sharpness)."""
 
 
 @lab.command()
@@ -26,6 +26,36 @@ def dynamics(samples, delta):
         r = convergence_study(d, samples, delta=delta)
         click.echo(f"{d:>5} {r.max_rel_error:>12.2e} {r.mean_time:>8.2f} {r.p95_time:>8.2f} "
                    f"{r.p_small_h:>13.4f} {r.p_near_antipode:>12.4f}")
+
+
+@lab.command()
+@click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
+@click.option("--clips", type=click.IntRange(min=1), default=200, show_default=True, help="Test clips to read.")
+@CACHE_DIR
+@friendly_errors
+def sharpness(checkpoint, clips, cache_dir):
+    """How many keys each head's queries read (a whole-clip float checkpoint).
+
+    Per block and head, over the first CLIPS test clips of the checkpoint's data set: the median effective number
+    of keys per query (exp of its attention row's entropy; 1 is one key, the frame count all alike) and the median
+    largest weight. The oscillator's rows are read from its direct form, the same function over T x T.
+    """
+    import torch
+    from ..checkpoint import load_checkpoint
+    from ..data import load_dataset
+    from ..features import FeatureExtractor
+    from ..models.sharpness import sharpness as measure
+    torch.set_num_threads(1)
+    ckpt = load_checkpoint(checkpoint)
+    data = load_dataset(ckpt.data_cfg, cache_dir, progress=False)
+    idx = data.indices("test")[:clips]
+    with torch.no_grad():
+        feats = FeatureExtractor(ckpt.feature_cfg)(torch.as_tensor(data.audio[idx] / 32768.0, dtype=torch.float32))
+    click.echo(f"{ckpt.model_cfg.attention}, {len(idx)} test clips: effective keys per query (largest weight), "
+               f"median per head")
+    for row in measure(ckpt.model, feats):
+        click.echo(f"  block {row['block']}: " + "  ".join(
+            f"{k:5.1f} ({w:.2f})" for k, w in zip(row["effective_keys"], row["largest_weight"])))
 
 
 if __name__ == "__main__":
