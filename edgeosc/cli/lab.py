@@ -34,7 +34,7 @@ def dynamics(samples, delta):
 @CACHE_DIR
 @friendly_errors
 def sharpness(checkpoint, clips, cache_dir):
-    """How many keys each head's queries read (a whole-clip float checkpoint).
+    """Keys each attention head reads per query.
 
     Per block and head, over the first CLIPS test clips of the checkpoint's data set: the median effective number
     of keys per query (exp of its attention row's entropy; 1 is one key, the frame count all alike) and the median
