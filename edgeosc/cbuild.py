@@ -21,7 +21,14 @@ FRONTEND = FIRMWARE / "frontend"
 HARNESS = FIRMWARE / "harness"
 TFLITE_OP = ROOT / "export" / "tflite_op"    # the EdgeOscAttention TFLite custom op's glue
 ORT_OP = ROOT / "export" / "ort_op"          # the ai.edgeosc::OscillatorAttention onnxruntime custom op
-CORE_SOURCES = (KERNELS / "edgeosc_fixedpoint.c", KERNELS / "edgeosc_attention.c")
+# The kernels' units: each C file with the assembly of its DSP variants (kernels/dsp/*.S, Thumb-2: assembled to nothing
+# for any other target, so every build lists them); the variants' C files compile inside the units (as headers).
+# CORE_SOURCES: the attention cores (what the custom ops and the host library need); KERNEL_SOURCES: every kernel.
+CORE_SOURCES = (KERNELS / "edgeosc_fixedpoint.c", KERNELS / "edgeosc_attention.c",
+                KERNELS / "dsp" / "edgeosc_attention_dsp.S", KERNELS / "dsp" / "edgeosc_linear_dsp.S")
+OPS_SOURCES = (KERNELS / "edgeosc_ops.c", KERNELS / "dsp" / "edgeosc_matrix_dsp.S",
+               KERNELS / "dsp" / "edgeosc_depthwise_dsp.S")
+KERNEL_SOURCES = (*CORE_SOURCES, *OPS_SOURCES)
 CFLAGS = ("-std=c99", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")  # build_shared's
 
 
@@ -75,8 +82,8 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     cmd = list(cc or [compiler()])
     base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), compiler_target(tuple(cmd)), *flags]).encode())
     # the headers of -I flags' folders too (bench.estimate.build passes a generated firmware's folder so), those beside
-    # each source, and the files of their subfolders (kernels/dsp/*.c and kernels/neon/*.c compile inside edgeosc_ops.c
-    # and edgeosc_attention.c)
+    # each source, and the C files of their subfolders (kernels/dsp/*.c and kernels/neon/*.c compile inside
+    # edgeosc_ops.c and edgeosc_attention.c; kernels/dsp/*.S are sources of their own)
     searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I")), *(p.parent for p in sources)]
     for p in sorted({p for d in searched for p in (*d.glob("*.h"), *d.glob("*/*.[ch]"))}):
         base.update(p.name.encode() + b"\0" + p.read_bytes())

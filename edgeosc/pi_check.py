@@ -240,9 +240,10 @@ def bench_models(bundle: Path, every: bool = False) -> list[str]:
 
 def check_files(bundle: Path) -> None:
     """What the Pi user runs must be there: README, requirements, run_bench.sh and the models it names,
-    the edgeosc sources, the custom op's C sources (the core units and every kernel file they include)."""
+    the edgeosc sources, the custom op's C sources (the core units, every kernel file they include and the DSP
+    variants' assembly)."""
     from .cbuild import CORE_SOURCES, KERNELS, ROOT
-    kernels = sorted({*CORE_SOURCES, *KERNELS.rglob("*.[ch]")})
+    kernels = sorted({*CORE_SOURCES, *KERNELS.rglob("*.[chS]")})
     need = ["README.md", "requirements.txt", "run_bench.sh", "edgeosc/__main__.py",
             "export/tflite_op/edgeosc_tflite_op.c", *(str(p.relative_to(ROOT)) for p in kernels)]
     if list((bundle / "models").glob("*/*.onnx")):  # the ONNX op's kernel source, where the bundle has ONNX files

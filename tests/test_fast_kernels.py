@@ -87,7 +87,7 @@ def test_dsp_path_equals_portable_path(core, tmp_path):
 
 
 def test_dsp_loops_in_c_equal_the_portable_path(tmp_path):
-    # EDGEOSC_NO_ASM (and -O0, which cannot give the assembly loops their 13 registers) takes the loops in C
+    # EDGEOSC_NO_ASM (and unoptimised builds) take the loops in C, the twins of dsp/*.S
     rows = E.kernel_cycles("cortex-m4", shapes=EDGE_SHAPES, work_dir=tmp_path, seed=4,
                            flags=(*E.CFLAGS, "-DEDGEOSC_NO_ASM"))
     assert len(rows) == len(EDGE_SHAPES)

@@ -112,7 +112,7 @@ def test_outputs_are_compared_in_lsb():
 def _bundle(tmp_path):
     from edgeosc.cbuild import KERNELS, ROOT
     b = tmp_path / "bundle"
-    kernels = [str(p.relative_to(ROOT)) for p in KERNELS.rglob("*.[ch]")]  # the core units and what they include
+    kernels = [str(p.relative_to(ROOT)) for p in KERNELS.rglob("*.[chS]")]  # the core units, what they include, assembly
     for rel in ("README.md", "requirements.txt", "edgeosc/__main__.py", "export/tflite_op/edgeosc_tflite_op.c",
                 *kernels, "models/oscillator/int8.tflite"):
         (b / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -130,8 +130,9 @@ def test_a_broken_bundle_names_the_missing_file(tmp_path):
     (b / "models/softmax").mkdir()
     (b / "models/softmax/int8.tflite").write_text("")
     pc.check_files(b)
-    for rel in ("firmware_models/kernels/dsp/edgeosc_linear_dsp.c", "firmware_models/kernels/edgeosc_attention.c"):
-        (b / rel).unlink()  # a variant file the core unit includes, then the unit itself
+    for rel in ("firmware_models/kernels/dsp/edgeosc_linear_dsp.c", "firmware_models/kernels/edgeosc_attention.c",
+                "firmware_models/kernels/dsp/edgeosc_linear_dsp.S"):
+        (b / rel).unlink()  # a variant file the core unit includes, the unit itself, a variant's assembly
         with pytest.raises(pc.CheckFailed, match=f"step files: missing file {rel}"):
             pc.check_files(b)
         (b / rel).write_text("")

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import cycles as C
 from . import devices as D
-from ..cbuild import FRONTEND, HARNESS, KERNELS, compiler_version
+from ..cbuild import CORE_SOURCES, FRONTEND, HARNESS, KERNEL_SOURCES, KERNELS, compiler_version
 
 DEFAULT_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-a53", "cortex-a72")
 CFLAGS = ("-std=c99", "-O2", "-fno-math-errno")
@@ -50,7 +50,6 @@ MACS_COUNTED = ("multiply-accumulates of CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNE
                 "row sum and the mean pool's one-valued FULLY_CONNECTED; not counted: elementwise MUL/ADD/SUB, "
                 "L2 normalisation, softmax, table lookups, requantization")
 
-KERNEL_SOURCES = [KERNELS / f for f in ("edgeosc_fixedpoint.c", "edgeosc_ops.c", "edgeosc_attention.c")]
 INCLUDES = [KERNELS, HARNESS, FRONTEND]
 
 
@@ -345,7 +344,7 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
     """
     from ..integer import linear as L, reference as R
     work = Path(work_dir) if work_dir else cache_dir()
-    elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work, flags=flags)
+    elf = build([*CORE_SOURCES, _core_driver(work)], core, work, flags=flags)
     dev_key, dev = next((k, d) for k, d in D.DEVICES.items() if d.core == core)
 
     def run(fn, scope, args, bufs, want):
@@ -403,7 +402,7 @@ def linear_hop_cycles(core: str = "cortex-m4", heads: int = 4, d_head: int = 8, 
     from ..integer import ckernels as K
     from ..integer import linear as L, reference as R
     work = Path(work_dir) if work_dir else cache_dir()
-    elf = build([KERNEL_SOURCES[0], KERNEL_SOURCES[2], _core_driver(work)], core, work, flags=flags)
+    elf = build([*CORE_SOURCES, _core_driver(work)], core, work, flags=flags)
     fn, window, total = "edgeosc_bench_linear_stream", 4, {}
     for T in (16, 24):
         x = _layer_inputs(T, 2, heads, d_head, seed, p)

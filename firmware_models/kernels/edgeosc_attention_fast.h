@@ -5,14 +5,16 @@
  * tests/test_fast_kernels.py, tests/test_linear_core.py) and their dispatch: the build's variant first, where it
  * applies. The variants:
  *   dsp/edgeosc_attention_dsp.c    the L2 norms (a row's, the linear core's z), the softmax row on its exp table, a
- *                                  row of q k^T scores (d_head 8 apart), the mix a v (its pair loop in assembly)
+ *                                  row of q k^T scores (d_head 8 apart), the mix a v (its pair loop in assembly:
+ *                                  edgeosc_attention_dsp.S)
  *   dsp/edgeosc_linear_dsp.c       the linear core: the default head's update, query and stream step from tables of
- *                                  int16 pairs (in assembly), other heads in one pass over the state, the division
+ *                                  int16 pairs (in assembly: edgeosc_linear_dsp.S), other heads in one pass over
+ *                                  the state, the division
  *   neon/edgeosc_attention_neon.c  the scores and the mix, the linear core's update and query on AArch64
  * Each returns 1 where it computed the result and 0 where the reference loops must; the linear core's NEON steps,
  * which run inside the portable loops, return the index those loops go on from. edgeosc_attention.c compiles them
- * in its own unit (their entry points are static); those not for a build's core are empty (edgeosc_simd.h says which
- * it takes). The helpers below are defined in edgeosc_attention.c. */
+ * in its own unit (their entry points are static); those not for a build's core are empty (edgeosc_variant.h says
+ * which it takes). The helpers below are defined in edgeosc_attention.c. */
 #ifndef EDGEOSC_ATTENTION_FAST_H_
 #define EDGEOSC_ATTENTION_FAST_H_
 
@@ -21,12 +23,9 @@
 
 static int8_t clamp8(int32_t y);
 
-/* The default head: d_head = d_value = 8 at the shipped readout power (config.SHIPPED_OSCILLATOR's p), its key
- * terms unrolled, on the DSP path its update, query and step too (dsp/edgeosc_linear_dsp.c, the d8 tables; its
- * assembly takes p 4, 6 or 8); other heads take the general loops */
-#ifndef EDGEOSC_LINEAR_D8_P
-#define EDGEOSC_LINEAR_D8_P 4
-#endif
+/* The default head: d_head = d_value = 8 at the shipped readout power (EDGEOSC_LINEAR_D8_P, edgeosc_variant.h), its
+ * key terms unrolled, on the DSP path its update, query and step too (dsp/edgeosc_linear_dsp.c, the d8 tables; its
+ * assembly, dsp/edgeosc_linear_dsp.S, takes p 4, 6 or 8); other heads take the general loops */
 
 /* A key's terms with its sign folded in: K = k - zp_k, r, and the readout rows' coefficients u (the gate times
  * [1, cos m f, sin m f] in Q15, over 2^8; row 0: gate x 128). A missing key: every term 0. */

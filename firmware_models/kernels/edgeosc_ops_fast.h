@@ -2,12 +2,15 @@
  *
  * edgeosc_ops.c holds one reference kernel per op (TFLite's loops, the integers every variant is checked against,
  * tests/test_fast_kernels.py) and its dispatch: the build's variant first, where it applies. The variants:
- *   dsp/edgeosc_matrix_dsp.c       FULLY_CONNECTED, CONV_2D (and groups of one-row layers) on packed weights
- *   dsp/edgeosc_depthwise_dsp.c    DEPTHWISE_CONV_2D: 3 x 3 on row-pair planes, the others tap by tap
+ *   dsp/edgeosc_matrix_dsp.c       FULLY_CONNECTED, CONV_2D (and groups of one-row layers) on packed weights (the
+ *                                  blocks' loops in edgeosc_matrix_dsp.S)
+ *   dsp/edgeosc_depthwise_dsp.c    DEPTHWISE_CONV_2D: 3 x 3 on row-pair planes (its steps in
+ *                                  edgeosc_depthwise_dsp.S), the others tap by tap
  *   dsp/edgeosc_elementwise_dsp.c  ADD / SUB, a sum pool's requantization, TRANSPOSE's contiguous runs
  *   neon/edgeosc_ops_neon.c        FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D on AArch64
  * Each returns 1 where it computed the op and 0 where the reference loops must. edgeosc_ops.c compiles them in its own
- * unit (their entry points are static); those not for a build's core are empty (edgeosc_simd.h says which it takes). */
+ * unit (their entry points are static); those not for a build's core are empty (edgeosc_variant.h says which it
+ * takes). */
 #ifndef EDGEOSC_OPS_FAST_H_
 #define EDGEOSC_OPS_FAST_H_
 

@@ -1,17 +1,14 @@
-/* The kernels' fast paths: which one this build takes, and the few helpers they share (private header).
- *
- * EDGEOSC_DSP: Armv7E-M / Armv8-M with the DSP extension (Cortex-M4, M7, M33, M55), ACLE intrinsics from
- * arm_acle.h; EDGEOSC_NEON: AArch64's Advanced SIMD. Define EDGEOSC_PORTABLE to build the portable reference
- * loops instead (what the host and cores without either run); all give the same integers, bit for bit
- * (tests/test_fast_kernels.py).
+/* The kernels' fast paths: the few helpers they share (private header); which path a build takes is
+ * edgeosc_variant.h's (EDGEOSC_DSP, EDGEOSC_ASM, EDGEOSC_NEON).
  */
 #ifndef EDGEOSC_SIMD_H_
 #define EDGEOSC_SIMD_H_
 
 #include <stdint.h>
 
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && !defined(EDGEOSC_PORTABLE)
-#define EDGEOSC_DSP 1
+#include "edgeosc_variant.h"
+
+#if EDGEOSC_DSP
 #include <arm_acle.h>
 
 /* A 32-bit load from any address: Armv7-M LDR allows unaligned access (not LDRD/LDM). */
@@ -103,8 +100,6 @@ static inline int32_t edgeosc_dsp_requant(const EdgeoscDspRequant *q, int32_t ac
   const int32_t a = (int32_t)((uint32_t)acc << q->left), x = edgeosc_smmulr(a, q->m2) + a;
   return (__qadd(x, q->half) + (x >> 31)) >> q->right;
 }
-#else
-#define EDGEOSC_DSP 0
 #endif
 
 /* n bytes, a word at a time where the core loads and stores words at any address (Armv7E-M's LDR / STR) */
@@ -116,21 +111,8 @@ static inline void edgeosc_copy_bytes(int8_t *to, const int8_t *from, int32_t n)
   for (; i < n; ++i) to[i] = from[i];
 }
 
-/* EDGEOSC_ASM: the DSP path's innermost loops in Thumb-2 assembly (the files in dsp/). They hold 13 or 14 registers,
- * which an unoptimised build cannot give (gcc -O0 keeps r7 as its frame pointer), so such builds, and any with
- * EDGEOSC_NO_ASM, take the same loops in C (same integers, about a third slower). */
-#if EDGEOSC_DSP && defined(__OPTIMIZE__) && !defined(EDGEOSC_NO_ASM)
-#define EDGEOSC_ASM 1
-#else
-#define EDGEOSC_ASM 0
-#endif
-
-/* EDGEOSC_NEON: AArch64 Advanced SIMD (Cortex-A53/A72 and up), arm_neon.h. */
-#if defined(__ARM_NEON) && defined(__aarch64__) && !defined(EDGEOSC_PORTABLE)
-#define EDGEOSC_NEON 1
+#if EDGEOSC_NEON
 #include <arm_neon.h>
-#else
-#define EDGEOSC_NEON 0
 #endif
 
 #endif /* EDGEOSC_SIMD_H_ */

@@ -150,36 +150,12 @@ static inline int score_row_dsp(const int8_t *qi, const int8_t *kh, int T, int d
 #define MIX_PAIRS 64 /* mix_row's packed probability pairs on the stack (256 bytes): windows to 128 keys pack once */
 
 /* acc[0..3] += n key pairs of mix_row: pair (a_j, a_j+1) against (v_j,d+i, v_j+1,d+i) for lanes i, gathered
- * from two rows' SXTB16 lanes by PKHBT / PKHTB. EDGEOSC_ASM runs it in Thumb-2 assembly, two pairs a pass, its
- * 14 values in registers (gcc spills two). */
+ * from two rows' SXTB16 lanes by PKHBT / PKHTB. EDGEOSC_ASM runs it in Thumb-2 assembly (edgeosc_attention_dsp.S),
+ * two pairs a pass, its 14 values in registers (gcc spills two). */
 #if EDGEOSC_ASM
-__attribute__((naked, noinline)) static void mix_pairs(const int32_t *ap __attribute__((unused)),
-                                                       int n __attribute__((unused)),
-                                                       const int8_t *v0 __attribute__((unused)),
-                                                       int dv __attribute__((unused)),
-                                                       int32_t *acc __attribute__((unused))) {
-  __asm__(".macro edgeosc_mix_pair\n\t"
-          "ldr r8, [r0], #4\n\tldr r10, [r2, r3]\n\tldr r9, [r2]\n\tadd r2, r2, r3, lsl #1\n\t"
-          "sxtb16 r11, r9\n\tsxtb16 r12, r10\n\t"
-          "pkhbt lr, r11, r12, lsl #16\n\tsmlad r4, r8, lr, r4\n\t"   /* lanes d */
-          "pkhtb lr, r12, r11, asr #16\n\tsmlad r6, r8, lr, r6\n\t"   /* d + 2 */
-          "sxtb16 r11, r9, ror #8\n\tsxtb16 r12, r10, ror #8\n\t"
-          "pkhbt lr, r11, r12, lsl #16\n\tsmlad r5, r8, lr, r5\n\t"   /* d + 1 */
-          "pkhtb lr, r12, r11, asr #16\n\tsmlad r7, r8, lr, r7\n\t"   /* d + 3 */
-          ".endm\n\t"
-          "push {r4-r11, lr}\n\t"
-          "ldr r12, [sp, #36]\n\tldm r12, {r4-r7}\n\t"
-          "add r1, r0, r1, lsl #2\n\t" /* r1: the end of the pairs */
-          "sub r12, r1, r0\n\ttst r12, #4\n\tbeq 1f\n\t" /* an odd count: one pair first */
-          "edgeosc_mix_pair\n\t"
-          "1:\n\tcmp r0, r1\n\tbeq 2f\n\t"
-          "3:\n\tedgeosc_mix_pair\n\tedgeosc_mix_pair\n\tcmp r0, r1\n\tbne 3b\n\t"
-          "2:\n\tldr r12, [sp, #36]\n\tstm r12, {r4-r7}\n\t"
-          "pop {r4-r11, pc}\n\t"
-          ".purgem edgeosc_mix_pair");
-}
+void edgeosc_mix_pairs(const int32_t *ap, int n, const int8_t *v0, int dv, int32_t *acc); /* edgeosc_attention_dsp.S */
 #else
-static void mix_pairs(const int32_t *ap, int n, const int8_t *v0, int dv, int32_t *acc) {
+static void edgeosc_mix_pairs(const int32_t *ap, int n, const int8_t *v0, int dv, int32_t *acc) {
   int32_t acc0 = acc[0], acc1 = acc[1], acc2 = acc[2], acc3 = acc[3];
   const int32_t *const a_end = ap + n;
   for (; ap != a_end; ++ap, v0 += 2 * dv) {
@@ -234,7 +210,7 @@ static inline int mix_row_dsp(const int8_t *row, const int8_t *vh, int T, int dv
           asum = pack_pairs(row + 2 * c, n, za, apair, asum, 1);
         else if (pairs > MIX_PAIRS)
           pack_pairs(row + 2 * c, n, za, apair, 0, 0);
-        mix_pairs(apair, n, v0, dv, acc);
+        edgeosc_mix_pairs(apair, n, v0, dv, acc);
         v0 += (size_t)2 * n * dv;
       }
       j = 2 * pairs;

@@ -1,4 +1,5 @@
-/* DEPTHWISE_CONV_2D on the DSP path: the same integers as the reference loops of edgeosc_ops.c, bit for bit.
+/* DEPTHWISE_CONV_2D on the DSP path: the same integers as the reference loops of edgeosc_ops.c, bit for bit. The 3 x 3
+ * planes' three steps are Thumb-2 assembly under EDGEOSC_ASM (edgeosc_depthwise_dsp.S, declared here), in C otherwise.
  * Compiled inside edgeosc_ops.c (it includes this file), not alone. */
 #include "edgeosc_dsp.h"
 
@@ -56,7 +57,7 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
 #define DW3_PAIRS(out_h) (((out_h) + 1) >> 1)
 #define DW3_AT(J, px, j) (64 * (px) + 4 * (16 - (J) + (j)))
 
-typedef struct { /* dw3_rows's job; its field order is the assembly's */
+typedef struct { /* edgeosc_dw3_rows's job; its field order is the assembly's (edgeosc_depthwise_dsp.S) */
   int32_t w[6];         /* W0, W1, W2, V0, V1, V2 */
   const int32_t *slots; /* channel k's word of column block 0 */
   int32_t bias, m2, kc, zp; /* bias - zp_in sum w; edgeosc_dsp_requant's 2M; 2^(32 - right) + 1; zp_out */
@@ -65,56 +66,15 @@ typedef struct { /* dw3_rows's job; its field order is the assembly's */
 } Dw3Job;
 
 #if EDGEOSC_ASM
-/* Two output rows 2j, 2j + 1 (r0 at row pair j, on 16 bytes): A = row pair j and B = j + 1 of each tap column in
- * r9, r10, the sums in r11, r12, the constants read from the stack, the record pointer read and written back */
-#define DW3_PAIR                                                                                                       \
-  "ldr r11, [sp]\n\tldr r9, [r0], #16\n\tldr r10, [r0]\n\t" /* the bias; A and B of column ox */                       \
-  "smlatb r12, r9, r3, r11\n\tsmlad r11, r9, r3, r11\n\tsmlabt r11, r10, r6, r11\n\tsmlad r12, r10, r6, r12\n\t"       \
-  "ldr r9, [r0, #240]\n\tldr r10, [r0, #256]\n\t" /* column ox + 1 */                                                  \
-  "smlad r11, r9, r4, r11\n\tsmlatb r12, r9, r4, r12\n\tsmlabt r11, r10, r7, r11\n\tsmlad r12, r10, r7, r12\n\t"       \
-  "ldr r9, [r0, #496]\n\tldr r10, [r0, #512]\n\t" /* column ox + 2 */                                                  \
-  "smlad r11, r9, r5, r11\n\tsmlatb r12, r9, r5, r12\n\tsmlabt r11, r10, r8, r11\n\tsmlad r12, r10, r8, r12\n\t"       \
-  "ldr r1, [sp, #4]\n\tldr r2, [sp, #8]\n\tldr lr, [sp, #12]\n\tldr r9, [sp, #16]\n\t" /* 2M, 2^(32-r)+1, zp, rec */   \
-  "smmlar r11, r11, r1, r11\n\tsmmlar r12, r12, r1, r12\n\tsmmlar r11, r11, r2, lr\n\tsmmlar r12, r12, r2, lr\n\t"     \
-  "ssat r11, #8, r11\n\tssat r12, #8, r12\n\tstrb r12, [r9, #4]\n\tstrb r11, [r9], #8\n\tstr r9, [sp, #16]\n\t"
-
-/* Four output rows 2j .. 2j + 3 (r0 at row pair j, on 32 bytes): row pairs j, j + 1, j + 2 of each tap column (A, B, C)
- * in r9, r10, r1, eight instructions for twelve MACs (rows 2j + 2 and 2j + 3 as rows 2j and 2j + 1 from B and C), the
- * sums in r11, r12, r2, lr; then the constants into the data registers, the record pointer into the first */
-#define DW3_TAPS(w, v)                                                                                                 \
-  "smlad r11, r9, " w ", r11\n\tsmlatb r12, r9, " w ", r12\n\t"                                                        \
-  "smlad r2, r10, " w ", r2\n\tsmlatb lr, r10, " w ", lr\n\t"                                                          \
-  "smlabt r11, r10, " v ", r11\n\tsmlad r12, r10, " v ", r12\n\tsmlabt r2, r1, " v ", r2\n\tsmlad lr, r1, " v ", lr\n\t"
-#define DW3_QUAD                                                                                                       \
-  "ldr lr, [sp]\n\tldr r9, [r0], #32\n\tldr r10, [r0, #-16]\n\tldr r1, [r0]\n\t" /* the bias; column ox */             \
-  "smlad r11, r9, r3, lr\n\tsmlatb r12, r9, r3, lr\n\tsmlad r2, r10, r3, lr\n\tsmlatb lr, r10, r3, lr\n\t"             \
-  "smlabt r11, r10, r6, r11\n\tsmlad r12, r10, r6, r12\n\tsmlabt r2, r1, r6, r2\n\tsmlad lr, r1, r6, lr\n\t"           \
-  "ldr r9, [r0, #224]\n\tldr r10, [r0, #240]\n\tldr r1, [r0, #256]\n\t" DW3_TAPS("r4", "r7")                           \
-  "ldr r9, [r0, #480]\n\tldr r10, [r0, #496]\n\tldr r1, [r0, #512]\n\t" DW3_TAPS("r5", "r8")                           \
-  "ldr r9, [sp, #4]\n\tldr r10, [sp, #8]\n\tldr r1, [sp, #12]\n\t"                                                     \
-  "smmlar r11, r11, r9, r11\n\tsmmlar r12, r12, r9, r12\n\tsmmlar r2, r2, r9, r2\n\tsmmlar lr, lr, r9, lr\n\t"         \
-  "smmlar r11, r11, r10, r1\n\tsmmlar r12, r12, r10, r1\n\tsmmlar r2, r2, r10, r1\n\tsmmlar lr, lr, r10, r1\n\t"       \
-  "ssat r11, #8, r11\n\tssat r12, #8, r12\n\tssat r2, #8, r2\n\tssat lr, #8, lr\n\tldr r9, [sp, #16]\n\t"              \
-  "strb r11, [r9], #16\n\tstrb r12, [r9, #-12]\n\tstrb r2, [r9, #-8]\n\tstrb lr, [r9, #-4]\n\tstr r9, [sp, #16]\n\t"
-
-/* one channel's columns (Dw3Job): per column, row pair 0 alone where J is odd (the slot pointer's bit 4), then four
- * rows a pass until the block's end (the slot pointer's bits 4-7 all zero); 14 registers: slot, six weights, three
- * data words, four sums; on the stack the bias, 2M, 2^(32 - r) + 1, zp_out, the record pointer, skip, columns left */
-__attribute__((naked, noinline)) static void dw3_rows(const Dw3Job *job __attribute__((unused))) {
-  __asm__("push {r4-r11, lr}\n\t"
-          "ldr lr, [r0, #52]\n\tldm r0!, {r3-r8}\n\tldm r0, {r0-r2, r9-r12}\n\tpush {r1, r2, r9-r12, lr}\n"
-          "1:\n\tldr r9, [sp, #20]\n\tadd r0, r0, r9\n\t" /* column ox's row pair 0 */
-          "tst r0, #16\n\tbeq 2f\n\t" DW3_PAIR "tst r0, #0xF0\n\tbeq 3f\n"
-          "2:\n\t" DW3_QUAD "tst r0, #0xF0\n\tbne 2b\n"
-          "3:\n\tldr r9, [sp, #24]\n\tsubs r9, r9, #1\n\tstr r9, [sp, #24]\n\tbne 1b\n\t"
-          "add sp, sp, #28\n\tpop {r4-r11, pc}");
-}
+/* One channel's output rows, column by column (Dw3Job), in Thumb-2 assembly (edgeosc_depthwise_dsp.S): two rows a
+ * pass where J is odd, then four rows a pass (eight instructions for twelve MACs), 14 registers */
+void edgeosc_dw3_rows(const Dw3Job *job);
 #else
 static inline int8_t dw3_out(int32_t acc, const Dw3Job *job) {
   return (int8_t)__ssat(edgeosc_smmulr(edgeosc_smmulr(acc, job->m2) + acc, job->kc) + job->zp, 8);
 }
 
-static void dw3_rows(const Dw3Job *job) {
+static void edgeosc_dw3_rows(const Dw3Job *job) {
   const int32_t *slot = job->slots, *const w = job->w;
   int8_t *rec = job->records;
   int32_t ox, k;
@@ -134,62 +94,24 @@ static void dw3_rows(const Dw3Job *job) {
 }
 #endif
 
-typedef struct { /* dw3_planes's job: step 1 for four channels; its field order is the assembly's */
+typedef struct { /* edgeosc_dw3_planes's job: step 1 for four channels; its field order is the assembly's */
   const int8_t *x; /* image column 0's row 2 lo - pad_top, channel c */
   int32_t *s;      /* the plane word of padded column pad_left, row pair lo, channel 0 */
   int32_t row, n, zp4, step, cols; /* in_w in_c; hi - lo row pairs wholly inside; zp_in in each byte; in_c; in_w */
   int32_t lo, edge; /* row pair 0 is (padding, row 0) (pad_top 1); row pair hi is (row in_h - 1, padding) */
 } Dw3Planes;
 
-typedef struct { /* dw3_copy's job: step 3; its field order is the assembly's */
+typedef struct { /* edgeosc_dw3_copy's job: step 3; its field order is the assembly's */
   const int32_t *records;
   int8_t *out;                     /* channel c of pixel 0 */
   int32_t row, step, cols, n, odd; /* out_w out_c; out_c; out_w; out_h >> 1; out_h & 1 */
 } Dw3Copy;
 
 #if EDGEOSC_ASM
-/* Two rows' words of four channels (a above b) as each channel's int16 pair of the two rows in r4-r7: the words'
- * halves paired (PKHBT, PKHTB), then each pair's two bytes widened (SXTB16); then stored, the slot pointer stepped */
-#define DW3_WIDEN(a, b)                                                                                                \
-  "pkhbt r6, " a ", " b ", lsl #16\n\tpkhtb r7, " b ", " a ", asr #16\n\t"                                             \
-  "sxtb16 r4, r6\n\tsxtb16 r5, r6, ror #8\n\tsxtb16 r6, r7\n\tsxtb16 r7, r7, ror #8\n\t"
-#define DW3_STORE "str r4, [r1], #16\n\tstr r5, [r1, #-12]\n\tstr r6, [r1, #-8]\n\tstr r7, [r1, #-4]\n\t"
-
-/* Dw3Planes: per column, row pair 0 where lo, then two row pairs a loop (their four rows' loads in one run: r0 the
- * even rows, lr the odd), the odd one, row pair hi where edge */
-__attribute__((naked, noinline)) static void dw3_planes(const Dw3Planes *job __attribute__((unused))) {
-  __asm__("push {r4-r11, lr}\n\t"
-          "ldm r0, {r0-r8}\n\tpush {r0, r1, r3, r5-r8}\n\tmov r8, r4\n" /* [sp]: x s n step cols lo edge; r8 zp4 */
-          "1:\n\tsub r9, r0, r2\n\tldr r3, [sp, #20]\n\tcbz r3, 2f\n\t"
-          "ldr r10, [r9]\n\t" DW3_WIDEN("r8", "r10") "stmdb r1, {r4-r7}\n"
-          "2:\n\tadd lr, r0, r2\n\tldr r3, [sp, #8]\n\tsubs r3, r3, #2\n\tblt 4f\n"
-          "3:\n\tldr r9, [r0]\n\tldr r10, [lr]\n\tldr r11, [r0, r2, lsl #1]\n\tldr r12, [lr, r2, lsl #1]\n\t"
-          "add r0, r0, r2, lsl #2\n\tadd lr, lr, r2, lsl #2\n\t"
-          DW3_WIDEN("r9", "r10") DW3_STORE DW3_WIDEN("r11", "r12") DW3_STORE
-          "subs r3, r3, #2\n\tbge 3b\n"
-          "4:\n\tadds r3, r3, #2\n\tbeq 5f\n\t"
-          "ldr r9, [r0]\n\tldr r10, [lr]\n\tadd r0, r0, r2, lsl #1\n\t" DW3_WIDEN("r9", "r10") DW3_STORE
-          "5:\n\tldr r3, [sp, #24]\n\tcbz r3, 6f\n\t"
-          "ldr r9, [r0]\n\t" DW3_WIDEN("r9", "r8") DW3_STORE
-          "6:\n\tldrd r0, r1, [sp]\n\tldr r3, [sp, #12]\n\tadd r0, r0, r3\n\tadd r1, r1, #256\n\tstrd r0, r1, [sp]\n\t"
-          "ldr r3, [sp, #16]\n\tsubs r3, r3, #1\n\tstr r3, [sp, #16]\n\tbne 1b\n\t"
-          "add sp, sp, #28\n\tpop {r4-r11, pc}");
-}
-
-/* Dw3Copy: per column, two records a loop (r1 the output, lr two rows) */
-__attribute__((naked, noinline)) static void dw3_copy(const Dw3Copy *job __attribute__((unused))) {
-  __asm__("push {r4-r11, lr}\n\t"
-          "ldm r0, {r0-r2, r9-r12}\n\tmov r8, r1\n\tlsl lr, r2, #1\n" /* r8 the column, r9 step, r10 cols, r11 n */
-          "1:\n\tmov r1, r8\n\tsubs r3, r11, #2\n\tblt 3f\n"
-          "2:\n\tldmia r0!, {r4-r7}\n\tstr r4, [r1]\n\tstr r5, [r1, r2]\n\tadd r1, r1, lr\n\tsubs r3, r3, #2\n\t"
-          "str r6, [r1]\n\tstr r7, [r1, r2]\n\tadd r1, r1, lr\n\tbge 2b\n"
-          "3:\n\tadds r3, r3, #2\n\tbeq 4f\n\t"
-          "ldmia r0!, {r4, r5}\n\tstr r4, [r1]\n\tstr r5, [r1, r2]\n\tadd r1, r1, lr\n"
-          "4:\n\tcmp r12, #0\n\tbeq 5f\n\t" /* the last row, without the one past it */
-          "ldmia r0!, {r4, r5}\n\tstr r4, [r1]\n"
-          "5:\n\tadd r8, r8, r9\n\tsubs r10, r10, #1\n\tbne 1b\n\t"
-          "pop {r4-r11, pc}");
-}
+/* Steps 1 and 3 in Thumb-2 assembly (edgeosc_depthwise_dsp.S): the planes per column, two row pairs a loop (their four
+ * rows' loads in one run); the records' copy per column, two records a loop */
+void edgeosc_dw3_planes(const Dw3Planes *job);
+void edgeosc_dw3_copy(const Dw3Copy *job);
 #else
 /* Two rows' words of four channels (x0 above x1) as each channel's int16 pair of the two rows, channels 0 to 3: the
  * words' halves paired (PKHBT, PKHTB), then each pair's two bytes widened (SXTB16) */
@@ -198,7 +120,7 @@ static inline void dw3_pairs(int32_t x0, int32_t x1, int32_t *v) {
   v[0] = __sxtb16(lo), v[1] = edgeosc_sxtb16_ror8(lo), v[2] = __sxtb16(hi), v[3] = edgeosc_sxtb16_ror8(hi);
 }
 
-static void dw3_planes(const Dw3Planes *job) {
+static void edgeosc_dw3_planes(const Dw3Planes *job) {
   const int8_t *x = job->x;
   int32_t *s = job->s, ix, j;
   for (ix = 0; ix < job->cols; ++ix, x += job->step, s += 64) {
@@ -210,7 +132,7 @@ static void dw3_planes(const Dw3Planes *job) {
   }
 }
 
-static void dw3_copy(const Dw3Copy *job) {
+static void edgeosc_dw3_copy(const Dw3Copy *job) {
   const int32_t *r = job->records;
   int8_t *col = job->out;
   int32_t x, j;
@@ -246,7 +168,7 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
   cp.n = p->out_h >> 1, cp.odd = p->out_h & 1;
   for (c = 0; c < C; c += 4) {
     pl.x = in + c + (lo ? row : 0);
-    dw3_planes(&pl);
+    edgeosc_dw3_planes(&pl);
     for (k = 0; k < 4; ++k) {
       const int32_t *const pk = (const int32_t *)(const void *)p->packed + 7 * (c + k);
       const int32_t *const q = p->rq.dsp + (p->rq.per_channel ? 2 * (c + k) : 0);
@@ -255,10 +177,10 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
       job.w[0] = pk[0], job.w[1] = pk[1], job.w[2] = pk[2], job.w[3] = pk[3], job.w[4] = pk[4], job.w[5] = pk[5];
       job.bias = pk[6], job.kc = (int32_t)((1u << (32 - q[1])) + 1u), job.cols = p->out_w, job.skip = 16 * (16 - J);
       job.zp = p->zp_out;
-      dw3_rows(&job);
+      edgeosc_dw3_rows(&job);
     }
     cp.out = out + c;
-    dw3_copy(&cp);
+    edgeosc_dw3_copy(&cp);
   }
 }
 

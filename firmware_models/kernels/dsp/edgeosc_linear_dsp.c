@@ -1,5 +1,6 @@
 /* The linear oscillator core on the DSP path (Armv7E-M / Armv8-M with the DSP extension): the default head's
- * update, query and stream step from tables of int16 pairs (in Thumb-2 assembly under EDGEOSC_ASM), other heads in
+ * update, query and stream step from tables of int16 pairs (in Thumb-2 assembly under EDGEOSC_ASM: the functions of
+ * edgeosc_linear_dsp.S, declared here beside the tables they read; their C twins otherwise), other heads in
  * one pass over the state, and the division by the denominator. The same integers as the reference loops of
  * edgeosc_attention.c (linear_update_portable, linear_query_portable), bit for bit.
  * Compiled inside edgeosc_attention.c (it includes this file), not alone. */
@@ -56,8 +57,8 @@ static inline __attribute__((always_inline)) void divided_row(const Divider *dv,
  * The tables sit on the stack, sized for heads up to DSP_MAX_D_HEAD (d_head and d_value) so that the firmware's
  * stack holds them; wider heads take the portable loops.
  *
- * EDGEOSC_ASM takes the value columns two at a time and the coupling's rows in Thumb-2 assembly, as naked
- * functions: they keep 14 registers whatever the compiler and its options. */
+ * EDGEOSC_ASM takes the value columns two at a time and the coupling's rows in Thumb-2 assembly
+ * (edgeosc_linear_dsp.S): they keep 14 registers whatever the compiler and its options. */
 #define ROW_WORDS 5
 #define DSP_MAX_D_HEAD 16
 #define COUPLING_SENTINEL 0x80008000 /* (K'_a, K'_b) = (-2^15, -2^15): no key's (|K| <= 255) */
@@ -92,35 +93,12 @@ static inline __attribute__((always_inline)) void coupling_words(int32_t *sc, in
 }
 
 #if EDGEOSC_ASM
-/* The coupling's rows after (0, 0): row 0 from (0, 1), every other row from its diagonal; words from sc, table t,
- * h (int64[2]) in and out. r0 sc, r1 the row, r3 the feature, r4 r5 x, r6-r9 h, r10 r11 the words, r12 r2 the
- * feature's (K'_a, K'_b) and Q' (then the weight), lr m_i. */
-#define COUPLING_WORDS /* s += (K'_a, K'_b) . x for r_0 and r_1, then on to the next pair */                 \
-  "ldrd r10, r11, [r0]\n\tsmlad r10, r12, r4, r10\n\tsmlad r11, r12, r5, r11\n\tstrd r10, r11, [r0], #8\n\t"
+/* In edgeosc_linear_dsp.S. The coupling's rows after (0, 0) (row 0 from (0, 1), every other row from its diagonal):
+ * words from sc, table t, h (int64[2]) in and out. */
+void edgeosc_coupling_step_asm(int32_t *sc, const int32_t *t, int64_t *h);
 
-/* (naked: its arguments arrive in r0-r2, unnamed in C) */
-__attribute__((naked, noinline)) static void coupling_step_asm(int32_t *sc __attribute__((unused)),
-                                                               const int32_t *t __attribute__((unused)),
-                                                               int64_t *h __attribute__((unused))) {
-  __asm__("push {r2, r4-r11, lr}\n\tldrd r6, r7, [r2]\n\tldrd r8, r9, [r2, #8]\n\t"
-          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tadd r3, r1, #20\n\tb 3f\n"
-          "2:\n\t" /* a row past 0: its diagonal, weight 2 Q_i^2 */
-          "ldrd r4, r5, [r1, #8]\n\tldr lr, [r1, #16]\n\tldrd r12, r2, [r1]\n\t" COUPLING_WORDS
-          "mul r2, r2, r2\n\tlsl r2, r2, #1\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"
-          "add r3, r1, #20\n"
-          "3:\n\t" /* the row's features past the diagonal to the sentinel, weight m_i Q'_j */
-          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbeq 4f\n"
-          "1:\n\t" COUPLING_WORDS
-          "mul r2, lr, r2\n\tsmlal r6, r7, r2, r10\n\tsmlal r8, r9, r2, r11\n\t"
-          "ldrd r12, r2, [r3], #20\n\tcmp r12, #0x80008000\n\tbne 1b\n"
-          "4:\n\t" /* the next row, unless it is the sentinel */
-          "add r1, r1, #20\n\tldr r12, [r1]\n\tcmp r12, #0x80008000\n\tbne 2b\n\t"
-          "pop {r2}\n\tstrd r6, r7, [r2]\n\tstrd r8, r9, [r2, #8]\n\tpop {r4-r11, pc}");
-}
-
-/* The value columns two at a time: for each pair, its words from col (col and col + 1, then + stride_bytes a
- * row), (V_a, V_b) of both from vv, the numerators to num (int64, two a pair). r0 col, r1 the stride, r2 ub,
- * r3 r4 the words, r5 u then beta, r6-r9 the numerators, r10 r11 the values, r12 the arguments (on the stack). */
+/* The value columns two at a time: for each pair, its words from col (col and col + 1, then + stride_bytes a row),
+ * (V_a, V_b) of both from vv, the numerators to num (int64, two a pair). Its field order is the assembly's. */
 typedef struct {
   int32_t *col;
   const int32_t *ub, *vv;
@@ -128,28 +106,7 @@ typedef struct {
   int32_t stride_bytes, pairs;
 } ReadoutPairs;
 
-#define READOUT_ROW /* x += (V_a, V_b) . u, stored, the next row; beta (at ub - 4) */                     \
-  "smlad r3, r10, r5, r3\n\tsmlad r4, r11, r5, r4\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\tldr r5, [r2, #-4]\n\t"
-
-__attribute__((naked, noinline)) static void readout_pairs_step_asm(ReadoutPairs *a __attribute__((unused))) {
-  __asm__("push {r0, r4-r11, lr}\n"
-          "5:\n\t" /* a pair: its arguments, the next pair's written back */
-          "ldr r12, [sp]\n\tldrd r0, r2, [r12]\n\tldr r1, [r12, #16]\n\tldr r3, [r12, #8]\n\t"
-          "ldrd r10, r11, [r3], #8\n\tstr r3, [r12, #8]\n\tadd r3, r0, #8\n\tstr r3, [r12]\n\t"
-          /* row 0: u / 2, the product doubled (SMUAD); the numerators start at its beta's products */
-          "ldrd r3, r4, [r0]\n\tldr r5, [r2], #8\n\tsmuad r6, r10, r5\n\tadd r3, r3, r6, lsl #1\n\t"
-          "smuad r6, r11, r5\n\tadd r4, r4, r6, lsl #1\n\tstrd r3, r4, [r0]\n\tadd r0, r0, r1\n\t"
-          "ldr r5, [r2, #-4]\n\tsmull r6, r7, r5, r3\n\tsmull r8, r9, r5, r4\n\t"
-          "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\tbeq 4f\n"
-          "1:\n\t" /* rows past 0 come in pairs (cos and sin): two a trip */
-          "ldrd r3, r4, [r0]\n\t" READOUT_ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t"
-          "ldrd r3, r4, [r0]\n\tldr r5, [r2], #8\n\t" READOUT_ROW "smlal r6, r7, r5, r3\n\tsmlal r8, r9, r5, r4\n\t"
-          "ldrd r5, r3, [r2], #8\n\tcmp r3, #0x80000000\n\tbne 1b\n"
-          "4:\n\t" /* the numerators out, the next pair */
-          "ldr r12, [sp]\n\tldr r3, [r12, #12]\n\tstrd r6, r7, [r3], #8\n\tstrd r8, r9, [r3], #8\n\t"
-          "str r3, [r12, #12]\n\tldr r3, [r12, #20]\n\tsubs r3, r3, #1\n\tstr r3, [r12, #20]\n\tbne 5b\n\t"
-          "pop {r0, r4-r11, pc}");
-}
+void edgeosc_readout_pairs_step_asm(ReadoutPairs *a);
 #endif
 
 static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinearParams *p, int32_t *state,
@@ -178,7 +135,7 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
   h[0] = (int64_t)p->c1 * p->c1 * state[0], h[1] = (int64_t)p->c1 * p->c1 * state[1];
 #if EDGEOSC_ASM
   if (query)
-    coupling_step_asm(state + 2, t, h);
+    edgeosc_coupling_step_asm(state + 2, t, h);
   else
 #endif
   {
@@ -203,7 +160,7 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
   if (query && dv > 1) {
     ReadoutPairs a;
     a.col = sr, a.ub = ub, a.vv = vv, a.num = num, a.stride_bytes = 4 * stride, a.pairs = dv / 2;
-    readout_pairs_step_asm(&a);
+    edgeosc_readout_pairs_step_asm(&a);
   } else
 #endif
     for (d = 0; d + 1 < dv; d += 2)
@@ -216,43 +173,17 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
 /* A query alone on the DSP path for the default head (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P: DH, NR), the portable query's
  * sums: the coupling's 44 features after (0, 0) each one weight (a table: 2 c1 Q_a, then per row 2 Q_a^2 and
  * 4 Q_a Q_b) times its two words, the readout three columns a pass over its rows (six int64 sums), the division by
- * divided_dsp_row. EDGEOSC_ASM runs both loops in Thumb-2 assembly, straight through: runs of loads (LDM, or LDR after
+ * divided_dsp_row. EDGEOSC_ASM runs both loops in Thumb-2 assembly (edgeosc_linear_dsp.S), straight through: runs of loads (LDM, or LDR after
  * LDR, one cycle a word after the first) then SMLAL, which gcc's own scheduling spreads apart. */
 #define DH 8
 #define NR EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_D8_P)
-#define STR_(x) #x
-#define STR(x) STR_(x) /* a constant's value in the assembly's text */
 #define FEATURES (EDGEOSC_LINEAR_COUPLING(DH) - 1)
 
 #if EDGEOSC_ASM
-/* h (int64[2]) += sum_f w[f] (sc[2f], sc[2f + 1]) over the 44 features: two features a step */
-__attribute__((naked, noinline)) static void coupling_d8_asm(const int32_t *sc __attribute__((unused)),
-                                                             const int32_t *w __attribute__((unused)),
-                                                             int64_t *h __attribute__((unused))) {
-  __asm__("push {r4-r11, lr}\n\tldrd r3, r4, [r2]\n\tldrd r5, r6, [r2, #8]\n\t"
-          ".rept 22\n\t"
-          "ldm r1!, {r7, r8}\n\tldm r0!, {r9, r10, r11, r12}\n\t"
-          "smlal r3, r4, r7, r9\n\tsmlal r5, r6, r7, r10\n\tsmlal r3, r4, r8, r11\n\tsmlal r5, r6, r8, r12\n\t"
-          ".endr\n\t"
-          "strd r3, r4, [r2]\n\tstrd r5, r6, [r2, #8]\n\tpop {r4-r11, pc}");
-}
-
-/* num[d] = sum_m beta[m] col_d[m] for the nine columns of the readout's NR rows (stride 9 words), three a pass */
-__attribute__((naked, noinline)) static void readout_d8_asm(const int32_t *sr __attribute__((unused)),
-                                                            const int32_t *beta __attribute__((unused)),
-                                                            int64_t *num __attribute__((unused))) {
-  __asm__("push {r4-r11, lr}\n\t"
-          ".rept 3\n\t"
-          "movs r3, #0\n\tmovs r4, #0\n\tmovs r5, #0\n\tmovs r6, #0\n\tmovs r7, #0\n\tmov r8, #0\n\t"
-          ".rept " STR(NR) "\n\t"
-          "ldr r10, [r0, #4]\n\tldr r11, [r0, #8]\n\tldr r9, [r0], #36\n\tldr r12, [r1], #4\n\t"
-          "smlal r3, r4, r12, r9\n\tsmlal r5, r6, r12, r10\n\tsmlal r7, r8, r12, r11\n\t"
-          ".endr\n\t"
-          "strd r3, r4, [r2], #8\n\tstrd r5, r6, [r2], #8\n\tstrd r7, r8, [r2], #8\n\t"
-          "sub r0, r0, #(36 * " STR(NR) " - 12)\n\tsub r1, r1, #(4 * " STR(NR) ")\n\t" /* the next three columns, the rows from the first */
-          ".endr\n\t"
-          "pop {r4-r11, pc}");
-}
+/* In edgeosc_linear_dsp.S. h (int64[2]) += sum_f w[f] (sc[2f], sc[2f + 1]) over the 44 features */
+void edgeosc_coupling_d8_asm(const int32_t *sc, const int32_t *w, int64_t *h);
+/* num[d] = sum_m beta[m] col_d[m] for the nine columns of the readout's NR rows (stride 9 words) */
+void edgeosc_readout_d8_asm(const int32_t *sr, const int32_t *beta, int64_t *num);
 #endif
 
 /* The query's coupling weights w[FEATURES] (2 c1 Q_a, then per row 2 Q_a^2 and 4 Q_a Q_b) */
@@ -280,7 +211,7 @@ static void query_from_h_d8(const EdgeoscLinearParams *p, const int32_t *state, 
   h[0] += (int64_t)p->c1 * p->c1 * state[0], h[1] += (int64_t)p->c1 * p->c1 * state[1];
   readout_weights_of(h[0], h[1], beta, EDGEOSC_LINEAR_D8_P);
 #if EDGEOSC_ASM
-  readout_d8_asm(sr, beta, num);
+  edgeosc_readout_d8_asm(sr, beta, num);
 #else
   {
     int32_t a, b;
@@ -301,7 +232,7 @@ static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, 
   int64_t h[2] = {0, 0};
   query_weights_d8(p, q, w);
 #if EDGEOSC_ASM
-  coupling_d8_asm(state + 2, w, h);
+  edgeosc_coupling_d8_asm(state + 2, w, h);
 #else
   {
     const int32_t *sc = state + 2;
@@ -320,118 +251,15 @@ enum { UPDATE_KP = 0, UPDATE_X0 = DH + 1, UPDATE_X1 = 2 * (DH + 1), UPDATE_VV = 
        UPDATE_U = 4 * (DH + 1), UPDATE_WORDS = 4 * (DH + 1) + NR };
 
 #if EDGEOSC_ASM
-/* The update's sums in Thumb-2 assembly, every state word loaded, summed and stored once, with the pairs each word
- * takes held in registers (gcc spills them). Coupling: row i's (x0_i, x1_i) in r10, r11, K'_1..K'_8 in r2-r9
- * (K'_0 = (1, 1) by SXTAH and ASR #16), each word pair loaded, two SMLAD, stored. */
-__attribute__((naked, noinline)) static void update_coupling_d8_asm(int32_t *state __attribute__((unused)),
-                                                                    const int32_t *t __attribute__((unused))) {
-  __asm__(".macro edgeosc_pairs kp, rest:vararg\n\t" /* a coupling row's word pairs, K'_j in \kp */
-          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
-          "smlad r12, \\kp, r10, r12\n\tsmlad lr, \\kp, r11, lr\n\t"
-          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
-          ".ifnb \\rest\n\tedgeosc_pairs \\rest\n\t.endif\n\t"
-          ".endm\n\t"
-          ".macro edgeosc_row i, kps:vararg\n\t"
-          "ldr r10, [r1, #36 + 4 * \\i]\n\tldr r11, [r1, #72 + 4 * \\i]\n\t"
-          "edgeosc_pairs \\kps\n\t"
-          ".endm\n\t"
-          "push {r4-r11, lr}\n\t"
-          "add r12, r1, #4\n\tldm r12, {r2-r9}\n\t"
-          "ldr r10, [r1, #36]\n\tldr r11, [r1, #72]\n\t" /* row 0: (0, 0) adds r itself */
-          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
-          "sxtah r12, r12, r10\n\tadd r12, r12, r10, asr #16\n\tsxtah lr, lr, r11\n\tadd lr, lr, r11, asr #16\n\t"
-          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
-          "edgeosc_pairs r2, r3, r4, r5, r6, r7, r8, r9\n\t"
-          "edgeosc_row 1, r2, r3, r4, r5, r6, r7, r8, r9\n\t"
-          "edgeosc_row 2, r3, r4, r5, r6, r7, r8, r9\n\t"
-          "edgeosc_row 3, r4, r5, r6, r7, r8, r9\n\t"
-          "edgeosc_row 4, r5, r6, r7, r8, r9\n\t"
-          "edgeosc_row 5, r6, r7, r8, r9\n\t"
-          "edgeosc_row 6, r7, r8, r9\n\t"
-          "edgeosc_row 7, r8, r9\n\t"
-          "edgeosc_row 8, r9\n\t"
-          "pop {r4-r11, pc}\n\t"
-          ".purgem edgeosc_row\n\t.purgem edgeosc_pairs");
-}
+/* In edgeosc_linear_dsp.S: the update's sums, every state word loaded, summed and stored once, with the pairs each word
+ * takes held in registers (gcc spills them): the coupling's, then the readout's (sr: the readout rows) */
+void edgeosc_update_coupling_d8_asm(int32_t *state, const int32_t *t);
+void edgeosc_update_readout_d8_asm(int32_t *sr, const int32_t *t);
 
-/* Rows 9.. of the readout's sums (p 6 or 8): a second pass over the columns, u_9.. in r2-r5 or r2-r9 */
-#if NR == 9
-#define EDGEOSC_READOUT_MORE_ROWS ""
-#elif NR == 13 || NR == 17
-#if NR == 13
-#define EDGEOSC_MORE_U "ldm r12, {r2-r5}\n\t"
-#else
-#define EDGEOSC_MORE_U "ldm r12, {r2-r9}\n\t"
-#endif
-#define EDGEOSC_READOUT_MORE_ROWS                                                                                  \
-  "add r12, r1, #36\n\t" EDGEOSC_MORE_U                                                                        \
-  "sub r1, r1, #36\n\tsub r0, r0, #36\n\t" /* back to the first column and its (V_a, V_b) */                      \
-  ".rept 9\n\tldr r11, [r1], #4\n\tedgeosc_rows 9, r2, r3\n\tedgeosc_rows 11, r4, r5\n\t"                      \
-  ".if " STR(NR) " == 17\n\tedgeosc_rows 13, r6, r7\n\tedgeosc_rows 15, r8, r9\n\t.endif\n\t"                  \
-  "add r0, r0, #4\n\t.endr\n\t"
-#else
-#error "the default head's assembly takes p 4, 6 or 8 (EDGEOSC_LINEAR_D8_P)"
-#endif
-
-/* The readout's sums (sr: the readout rows): u_0..u_8 in r2-r10, column by column, row 0's halved u doubled; then
- * the rows past 8, if any */
-__attribute__((naked, noinline)) static void update_readout_d8_asm(int32_t *sr __attribute__((unused)),
-                                                                   const int32_t *t __attribute__((unused))) {
-  __asm__(".macro edgeosc_rows m, ua, ub\n\t" /* a readout column's words in rows m, m + 1 */
-          "ldr r12, [r0, #36 * \\m]\n\tldr lr, [r0, #36 * \\m + 36]\n\t"
-          "smlad r12, r11, \\ua, r12\n\tsmlad lr, r11, \\ub, lr\n\t"
-          "str r12, [r0, #36 * \\m]\n\tstr lr, [r0, #36 * \\m + 36]\n\t"
-          ".endm\n\t"
-          "push {r4-r11, lr}\n\t"
-          "add r12, r1, #144\n\tldm r12, {r2-r10}\n\tadd r1, r1, #108\n\t" /* u, then vv from r1 */
-          ".rept 9\n\t"
-          "ldr r11, [r1], #4\n\tldr r12, [r0]\n\tsmuad lr, r11, r2\n\tadd r12, r12, lr, lsl #1\n\tstr r12, [r0]\n\t"
-          "edgeosc_rows 1, r3, r4\n\tedgeosc_rows 3, r5, r6\n\tedgeosc_rows 5, r7, r8\n\tedgeosc_rows 7, r9, r10\n\t"
-          "add r0, r0, #4\n\t"
-          ".endr\n\t"
-          EDGEOSC_READOUT_MORE_ROWS
-          "pop {r4-r11, pc}\n\t"
-          ".purgem edgeosc_rows");
-}
-
-/* A stream step's coupling: each word pair (i, j) takes both keys (SMLAD of K'_j, loaded, against x0_i, x1_i)
- * and, updated, feeds h (int64[2], from its features past (0, 0)) by SMLAL with the query's weight, so each word
- * is loaded and stored once for the update and the query together. The weights from qv = [c1, 2 Q_0..2 Q_7]
- * (passed at qv + 1) as each pair goes by: row i's multiplier qv[i] in r3 (c1, then 2 Q_a) times 2 Q_b
- * (2 c1 Q_b in row 0, 4 Q_a Q_b past the diagonal), on the diagonal (2 Q_a)^2 / 2. */
-__attribute__((naked, noinline)) static void step_coupling_d8_asm(int32_t *state __attribute__((unused)),
-                                                                  const int32_t *t __attribute__((unused)),
-                                                                  const int32_t *qv __attribute__((unused)),
-                                                                  int64_t *h __attribute__((unused))) {
-  __asm__(".macro edgeosc_step_sums\n\t" /* the pair's update, then h by its weight r11 */
-          "smlad r12, r10, r4, r12\n\tsmlad lr, r10, r5, lr\n\t"
-          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
-          "smlal r6, r7, r11, r12\n\tsmlal r8, r9, r11, lr\n\t"
-          ".endm\n\t"
-          ".macro edgeosc_step_pair\n\t"
-          "ldr r10, [r1], #4\n\tldr r11, [r2], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
-          "mul r11, r11, r3\n\tedgeosc_step_sums\n\t"
-          ".endm\n\t"
-          "push {r3-r11, lr}\n\t"
-          "ldrd r6, r7, [r3]\n\tldrd r8, r9, [r3, #8]\n\t"
-          "ldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\t" /* row 0: (0, 0) adds r itself (h takes it in C) */
-          "ldr r12, [r0]\n\tldr lr, [r0, #4]\n\t"
-          "sxtah r12, r12, r4\n\tadd r12, r12, r4, asr #16\n\tsxtah lr, lr, r5\n\tadd lr, lr, r5, asr #16\n\t"
-          "str lr, [r0, #4]\n\tstr r12, [r0], #8\n\t"
-          "add r1, r1, #4\n\tldr r3, [r2, #-4]\n\t"
-          ".rept 8\n\tedgeosc_step_pair\n\t.endr\n\t"
-          /* row i: K' from t + i, (x0_i, x1_i) 9 and 18 words on, 2 Q_b from qv + i + 1 */
-          ".irp i, 1, 2, 3, 4, 5, 6, 7, 8\n\t"
-          "sub r1, r1, #4 * (9 - \\i)\n\tsub r2, r2, #4 * (8 - \\i)\n\t"
-          "ldr r4, [r1, #36]\n\tldr r5, [r1, #72]\n\tldr r3, [r2, #-4]\n\t"
-          "ldr r10, [r1], #4\n\tldr r12, [r0]\n\tldr lr, [r0, #4]\n\t" /* the diagonal */
-          "mul r11, r3, r3\n\tasr r11, r11, #1\n\tedgeosc_step_sums\n\t"
-          ".rept 8 - \\i\n\tedgeosc_step_pair\n\t.endr\n\t"
-          ".endr\n\t"
-          "ldr r3, [sp]\n\tstrd r6, r7, [r3]\n\tstrd r8, r9, [r3, #8]\n\t"
-          "pop {r3-r11, pc}\n\t"
-          ".purgem edgeosc_step_pair\n\t.purgem edgeosc_step_sums");
-}
+/* A stream step's coupling: each word pair (i, j) takes both keys and, updated, feeds h (int64[2], from its features
+ * past (0, 0)) with the query's weight, so each word is loaded and stored once for the update and the query together;
+ * the weights from qv = [c1, 2 Q_0..2 Q_7], passed at qv + 1 */
+void edgeosc_step_coupling_d8_asm(int32_t *state, const int32_t *t, const int32_t *qv, int64_t *h);
 #endif
 
 /* Eight int8 values of keys a and b less the zero point (zp2 in both halves) as int16 pairs (x_a, x_b) */
@@ -487,8 +315,8 @@ static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey 
 /* The table's sums into the state */
 static void update_sums_d8(int32_t *state, const int32_t *t) {
 #if EDGEOSC_ASM
-  update_coupling_d8_asm(state, t);
-  update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
+  edgeosc_update_coupling_d8_asm(state, t);
+  edgeosc_update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
 #else
   {
     int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH), i, j, m, d;
@@ -522,8 +350,8 @@ static void step_d8(const EdgeoscLinearParams *p, int32_t *state, const int32_t 
   qv[0] = p->c1;
 #pragma GCC unroll 8
   for (a = 0; a < DH; ++a) qv[a + 1] = 2 * (q[a] - p->zp_q);
-  step_coupling_d8_asm(state, t, qv + 1, h);
-  update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
+  edgeosc_step_coupling_d8_asm(state, t, qv + 1, h);
+  edgeosc_update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
   query_from_h_d8(p, state, h, out);
 #else
   update_sums_d8(state, t);

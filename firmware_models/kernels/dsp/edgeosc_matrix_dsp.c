@@ -1,5 +1,6 @@
 /* FULLY_CONNECTED and CONV_2D on the DSP path (Armv7E-M / Armv8-M with the DSP extension): the same integers as the
- * reference loops of edgeosc_ops.c, bit for bit.
+ * reference loops of edgeosc_ops.c, bit for bit. The matrix products' loops are Thumb-2 assembly under EDGEOSC_ASM
+ * (edgeosc_matrix_dsp.S, declared here), in C otherwise.
  * Compiled inside edgeosc_ops.c (it includes this file), not alone. */
 #include "edgeosc_dsp.h"
 
@@ -124,44 +125,19 @@ __attribute__((always_inline)) static inline void requant_rows(const Output *o, 
 #define PAIR_BYTES16(groups) (8 + 16 * (groups))
 
 #if EDGEOSC_ASM
-/* block_dots in Thumb-2 assembly: the accumulators of the four rows by two units in r0-r7 (row r unit j in r(2r+j)),
- * the weight word and its two unpacked pairs in r9 and r8, two input words in r10 r11, the input at r12 and the
- * packed weights at lr; two groups a trip, the loads in runs of LDR (each after the first in one cycle). On the
- * stack: x, x_end, acc, acc_end. */
-#define BLOCK_HALF /* one packed word (the even or the odd pairs of a group) times the four rows' input words */    \
-  "ldr r9, [lr], #4\n\tldr r10, [r12], #4\n\tldr r11, [r12], #4\n\tsxtb16 r8, r9\n\tsxtb16 r9, r9, ror #8\n\t"   \
-  "smlad r0, r10, r8, r0\n\tsmlad r1, r10, r9, r1\n\tsmlad r2, r11, r8, r2\n\tsmlad r3, r11, r9, r3\n\t"         \
-  "ldr r10, [r12], #4\n\tldr r11, [r12], #4\n\t"                                                                  \
-  "smlad r4, r10, r8, r4\n\tsmlad r5, r10, r9, r5\n\tsmlad r6, r11, r8, r6\n\tsmlad r7, r11, r9, r7\n\t"
+/* block_dots in Thumb-2 assembly (edgeosc_matrix_dsp.S): its accumulators in eight registers, two groups a trip, the
+ * loads in runs of LDR; the pairs from w until acc reaches acc_end */
+void edgeosc_block_dots_asm(const int32_t *x, const int32_t *x_end, const int8_t *w, int32_t *acc,
+                            const int32_t *acc_end);
 
-typedef char unit_chunk_is_16[UNIT_CHUNK == 16 ? 1 : -1]; /* the stores' offsets below: 64 bytes a row */
-
-/* (naked: x, x_end, w, acc arrive in r0-r3, acc_end on the stack; unnamed in C) */
-__attribute__((naked, noinline)) static void block_dots_asm(const int32_t *x __attribute__((unused)),
-                                                            const int32_t *x_end __attribute__((unused)),
-                                                            const int8_t *w __attribute__((unused)),
-                                                            int32_t *acc __attribute__((unused)),
-                                                            const int32_t *acc_end __attribute__((unused))) {
-  __asm__("ldr r12, [sp]\n\tpush {r4-r11, lr}\n\tmov lr, r2\n\tpush {r0, r1, r3, r12}\n"
-          "2:\n\t" /* a pair of units: the accumulators at its biases */
-          "ldrd r0, r1, [lr], #8\n\tldr r12, [sp]\n\t"
-          "mov r2, r0\n\tmov r3, r1\n\tmov r4, r0\n\tmov r5, r1\n\tmov r6, r0\n\tmov r7, r1\n"
-          "1:\n\t" BLOCK_HALF BLOCK_HALF BLOCK_HALF BLOCK_HALF
-          "ldr r8, [sp, #4]\n\tcmp r12, r8\n\tbne 1b\n\t"
-          /* the eight sums out, on to the next pair */
-          "ldr r9, [sp, #8]\n\t"
-          "str r2, [r9, #64]\n\tstr r3, [r9, #68]\n\tstr r4, [r9, #128]\n\tstr r5, [r9, #132]\n\t"
-          "str r6, [r9, #192]\n\tstr r7, [r9, #196]\n\tstrd r0, r1, [r9], #8\n\tstr r9, [sp, #8]\n\t"
-          "ldr r8, [sp, #12]\n\tcmp r9, r8\n\tbne 2b\n\t"
-          "add sp, sp, #16\n\tpop {r4-r11, pc}");
-}
+typedef char unit_chunk_is_16[UNIT_CHUNK == 16 ? 1 : -1]; /* the assembly's stores: 64 bytes a row */
 #endif
 
 /* acc[r UNIT_CHUNK + 2 i + j] = bias + row r . unit 2 i + j for rows r < 4 (widen's four-row layout) and `pairs`
  * packed unit pairs of `groups` groups (even) */
 static void block_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_t pairs, int32_t *acc) {
 #if EDGEOSC_ASM
-  block_dots_asm(x, x + 8 * groups, w, acc, acc + 2 * pairs);
+  edgeosc_block_dots_asm(x, x + 8 * groups, w, acc, acc + 2 * pairs);
 #else
   int32_t i, g;
   for (i = 0; i < pairs; ++i, acc += 2) {
@@ -181,55 +157,12 @@ static void block_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_
 }
 
 #if EDGEOSC_ASM
-/* row_dots' pairs of pairs in Thumb-2 assembly: four units' sums in r0-r3, the row's two words of a group in r4 r5,
- * each pair's two words in r6 r7 and r8 r9, an unpacked pair in r10, the row at r11, the pairs at r12 and lr; two
- * groups a trip, the loads in one run of LDR. On the stack: x, x_end, acc, the pair stride, quads left. */
-#define ROW_GROUP                                                                                              \
-  "ldr r4, [r11], #4\n\tldr r5, [r11], #4\n\tldr r6, [r12], #4\n\tldr r7, [r12], #4\n\t"                         \
-  "ldr r8, [lr], #4\n\tldr r9, [lr], #4\n\t"                                                                     \
-  "sxtb16 r10, r6\n\tsmlad r0, r4, r10, r0\n\tsxtb16 r6, r6, ror #8\n\tsmlad r1, r4, r6, r1\n\t"                \
-  "sxtb16 r10, r8\n\tsmlad r2, r4, r10, r2\n\tsxtb16 r8, r8, ror #8\n\tsmlad r3, r4, r8, r3\n\t"                \
-  "sxtb16 r10, r7\n\tsmlad r0, r5, r10, r0\n\tsxtb16 r7, r7, ror #8\n\tsmlad r1, r5, r7, r1\n\t"                \
-  "sxtb16 r10, r9\n\tsmlad r2, r5, r10, r2\n\tsxtb16 r9, r9, ror #8\n\tsmlad r3, r5, r9, r3\n\t"
-
-/* The loop around a group macro: per two pairs of units the sums start at their biases, then two groups a trip;
- * `stride` turns x_end - x (bytes) into a pair's stride less its 8 bytes of biases (naked: x, x_end, w, acc arrive
- * in r0-r3, quads on the stack) */
-#define ROW_QUADS(stride, group)                                                                                 \
-  "ldr r12, [sp]\n\tpush {r4-r11, lr}\n\tsub r4, r1, r0\n\t" stride "add r4, r4, #8\n\t"                            \
-  "push {r0, r1, r3, r4, r12}\n\tmov r12, r2\n"                                                                      \
-  "2:\n\t"                                                                                                           \
-  "ldr r4, [sp, #12]\n\tadd lr, r12, r4\n\tldrd r0, r1, [r12], #8\n\tldrd r2, r3, [lr], #8\n\tldr r11, [sp]\n"         \
-  "1:\n\t" group group "ldr r10, [sp, #4]\n\tcmp r11, r10\n\tbne 1b\n\t"                                           \
-  "ldr r10, [sp, #8]\n\tstm r10!, {r0-r3}\n\tstr r10, [sp, #8]\n\tmov r12, lr\n\t"                                   \
-  "ldr r10, [sp, #16]\n\tsubs r10, r10, #1\n\tstr r10, [sp, #16]\n\tbne 2b\n\t"                                      \
-  "add sp, sp, #20\n\tpop {r4-r11, pc}"
-
-/* (unnamed in C) */
-__attribute__((naked, noinline)) static void row_quads_asm(const int32_t *x __attribute__((unused)),
-                                                           const int32_t *x_end __attribute__((unused)),
-                                                           const int8_t *w __attribute__((unused)),
-                                                           int32_t *acc __attribute__((unused)),
-                                                           int32_t quads __attribute__((unused))) {
-  __asm__(ROW_QUADS("", ROW_GROUP));
-}
-
-/* row_quads_asm on weights unpacked at code generation: each packed word as its two SXTB16 halves, so a group is
- * two runs of loads and eight SMLAD (20 cycles for 16 MACs against 23); a pair's words take twice the bytes */
-#define ROW_GROUP16                                                                                            \
-  "ldr r4, [r11], #4\n\tldr r5, [r11], #4\n\tldr r6, [r12], #4\n\tldr r7, [r12], #4\n\t"                         \
-  "ldr r8, [r12], #4\n\tldr r9, [r12], #4\n\t"                                                                     \
-  "smlad r0, r4, r6, r0\n\tsmlad r1, r4, r7, r1\n\tsmlad r0, r5, r8, r0\n\tsmlad r1, r5, r9, r1\n\t"             \
-  "ldr r6, [lr], #4\n\tldr r7, [lr], #4\n\tldr r8, [lr], #4\n\tldr r9, [lr], #4\n\t"                             \
-  "smlad r2, r4, r6, r2\n\tsmlad r3, r4, r7, r3\n\tsmlad r2, r5, r8, r2\n\tsmlad r3, r5, r9, r3\n\t"
-
-__attribute__((naked, noinline)) static void row_quads16_asm(const int32_t *x __attribute__((unused)),
-                                                             const int32_t *x_end __attribute__((unused)),
-                                                             const int8_t *w __attribute__((unused)),
-                                                             int32_t *acc __attribute__((unused)),
-                                                             int32_t quads __attribute__((unused))) {
-  __asm__(ROW_QUADS("lsl r4, r4, #1\n\t", ROW_GROUP16));
-}
+/* row_dots' pairs of pairs in Thumb-2 assembly (edgeosc_matrix_dsp.S): four units' sums in registers, two groups a
+ * trip, the loads in one run of LDR, `quads` pairs of unit pairs; row_quads16 on weights unpacked at code generation
+ * (each packed word as its two SXTB16 halves: a group is two runs of loads and eight SMLAD, 20 cycles for 16 MACs
+ * against 23) */
+void edgeosc_row_quads_asm(const int32_t *x, const int32_t *x_end, const int8_t *w, int32_t *acc, int32_t quads);
+void edgeosc_row_quads16_asm(const int32_t *x, const int32_t *x_end, const int8_t *w, int32_t *acc, int32_t quads);
 #endif
 
 /* row_dots on weights unpacked at code generation (pack_weights(..., w16=True)): a group's four words per pair are
@@ -239,7 +172,7 @@ static void row_dots16(const int32_t *x, const int8_t *w, int32_t groups, int32_
   int32_t i = 0;
 #if EDGEOSC_ASM
   if (pairs >= 2) {
-    row_quads16_asm(x, x_end, w, acc, pairs >> 1);
+    edgeosc_row_quads16_asm(x, x_end, w, acc, pairs >> 1);
     i = pairs & ~1, acc += 2 * i, w += i * PAIR_BYTES16(groups);
   }
 #endif
@@ -261,7 +194,7 @@ static void row_dots(const int32_t *x, const int8_t *w, int32_t groups, int32_t 
   int32_t i = 0;
 #if EDGEOSC_ASM
   if (pairs >= 2) {
-    row_quads_asm(x, x_end, w, acc, pairs >> 1);
+    edgeosc_row_quads_asm(x, x_end, w, acc, pairs >> 1);
     i = pairs & ~1, acc += 2 * i, w += i * PAIR_BYTES(groups);
   }
 #endif
