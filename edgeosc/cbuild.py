@@ -81,7 +81,7 @@ def build(sources, name: str, *, cc: Sequence[str] | None = None, flags: Sequenc
     include_dirs = [KERNELS, *map(Path, include_dirs)]
     cmd = list(cc or [compiler()])
     base = hashlib.sha256("\0".join([*cmd, compiler_version(tuple(cmd)), compiler_target(tuple(cmd)), *flags]).encode())
-    # the headers of -I flags' folders too (bench.estimate.build passes a generated firmware's folder so), those beside
+    # the headers of -I flags' folders too (bench.estimate.build.build passes a generated firmware's folder so), those beside
     # each source, and the C files of their subfolders (kernels/dsp/*.c and kernels/neon/*.c compile inside
     # edgeosc_ops.c and edgeosc_attention.c; kernels/dsp/*.S are sources of their own)
     searched = [*include_dirs, *(Path(f[2:]) for f in flags if f.startswith("-I")), *(p.parent for p in sources)]

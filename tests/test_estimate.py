@@ -152,7 +152,7 @@ def test_shipped_firmware_fits_its_stack(tmp_path):
     stacks = {}
     for kind, cfg in configs.items():
         fw, name = E.random_firmware(cfg, cfg.n_frames, tmp_path / kind)
-        x = np.random.default_rng(1).integers(-128, 128, E._io_bytes(fw, name)[0]).astype(np.int8)
+        x = np.random.default_rng(1).integers(-128, 128, E.io_bytes(fw, name)[0]).astype(np.int8)
         est = E.estimate_model(fw, name, x, ("cortex-m4",), tmp_path / "work")
         stacks[kind] = est["targets"]["cortex-m4"]["stack_bytes"]
         fw, name = E.random_firmware(cfg, cfg.n_frames, tmp_path / f"{kind}-stream", window=cfg.n_frames)
@@ -175,3 +175,34 @@ def test_sibling_projections_of_a_stream_run_as_one_call(tmp_path):
         assert text.count(f"edgeosc_fc_group_int8({members},") == 2, text
         if "cortex-m4" in TARGETS:
             assert E.stream_hop(fw, name, 8, work_dir=tmp_path / "work", hops=1)["cycles"] > 0
+
+
+@pytest.mark.parametrize("core", [t for t in ("cortex-m4", "cortex-a53") if t in TARGETS])
+def test_driver_parameters_are_laid_out_as_the_target_compiler_lays_them(core, tmp_path):
+    """The drivers' parameter structs as the estimator writes them (estimate/structs.py: the attention cores' ckernels
+    mirrors laid out for the core, kernel_driver.c's Bench* structs mirrored by name) against the target compiler's
+    sizeof and offsetof of every field: a field renamed, added or moved on either side fails to compile."""
+    import ctypes
+    import subprocess
+
+    from edgeosc.bench.estimate import structs as S
+    from edgeosc.cbuild import HARNESS, KERNELS
+    from edgeosc.integer import ckernels as K
+
+    def checks(c_name, layout):
+        yield f"sizeof({c_name}) == {ctypes.sizeof(layout)}"
+        for name, t in layout._fields_:
+            yield f"offsetof({c_name}, {name}) == {getattr(layout, name).offset}"
+            if issubclass(t, ctypes.Structure):  # a nested struct (Requant): its fields at their offsets
+                yield from (f"offsetof({c_name}, {name}.{n}) == {getattr(layout, name).offset + getattr(t, n).offset}"
+                            for n, _ in t._fields_)
+    pairs = [(f"Edgeosc{m.__name__}", S.target_layout(m, core)) for m in (K.OscParams, K.SoftmaxParams, K.LinearParams)]
+    pairs += [(s.__name__, s) for s in S.DRIVER_STRUCTS]
+    lines = ["#include <stddef.h>", '#include "kernel_driver.c"', '#include "core_driver.c"']
+    lines += [f"typedef char check_{i}[({c}) ? 1 : -1];" for i, c in enumerate(c for p in pairs for c in checks(*p))]
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines) + "\n")
+    run = subprocess.run([*C.compiler(core), "-std=c99", "-ffreestanding", "-Wall", "-Wextra", "-Werror",
+                          "-Wno-unused-local-typedefs", f"-I{KERNELS}", f"-I{HARNESS}", "-c", str(src), "-o",
+                          str(tmp_path / "layout.o")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -187,7 +187,7 @@ def test_inv_sqrt_multiplier_on_the_dsp_path_equals_the_reference(tmp_path):
     edges = [v + d for b in range(31) for d in (-1, 0, 1) for v in [1 << b] if 0 <= v + d < 2**31]
     acc = np.unique(np.concatenate([[0, 2**31 - 1], edges, np.exp2(rng.uniform(0, 31, 6000)).astype(np.int64)]))
     acc = acc[acc < 2**31].astype(np.int32)
-    driver = E._text(tmp_path, "inv_sqrt", "\n".join([
+    driver = E.generated_source(tmp_path, "inv_sqrt", "\n".join([
         '#include "edgeosc_fixedpoint.h"',
         "int inv_sqrt_all(const int32_t *acc, int n, int32_t *mult, int32_t *shift) {",
         "  int i, s;",
@@ -221,7 +221,7 @@ def test_softmax_row_on_the_dsp_path_equals_the_portable_path(input_scale, tmp_p
     x = np.concatenate(rows).astype(np.int8)
     lens = np.array([len(r) for r in rows], np.int32)
     lut = R.softmax_exp_table(*R.softmax_params(input_scale, 1.0))
-    driver = E._text(tmp_path, "softmax_rows", "\n".join([
+    driver = E.generated_source(tmp_path, "softmax_rows", "\n".join([
         '#include "edgeosc_attention.h"',
         "int softmax_rows(const int8_t *x, const int32_t *lens, int n, const int32_t *lut, int8_t *out) {",
         "  int i;",
