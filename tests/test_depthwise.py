@@ -8,7 +8,8 @@ import pytest
 
 from edgeosc import runtime
 from edgeosc.export.c import generate
-from edgeosc.export.c.ops import UnsupportedGraph, lower, read_graph
+from edgeosc.export.c.graph import UnsupportedGraph, read_graph
+from edgeosc.export.c.ops import lower
 from edgeosc.export.tflite.builder import TFLiteBuilder
 
 ALL = runtime.available_interpreters()

@@ -115,7 +115,7 @@ def test_depthwise_rounding_in_one_smmlar_is_exact_where_admitted():
     """The 3 x 3 planes round x / 2^r (ties away from zero), add zp_out and clamp as one SMMLAR by 2^(32 - r) + 1
     (dsp/edgeosc_depthwise_dsp.c): TFLite's result wherever code generation admits it, r <= 12 (any int32 x past
     INT32_MIN) or |x| < 2^(32 - r), which it bounds from the weights and bias."""
-    from edgeosc.export.c.ops import depthwise3x3_packs
+    from edgeosc.export.c.packing import depthwise3x3_packs
     rng = np.random.default_rng(0)
     for r in range(2, 24):
         lim = (1 << 31) - 1 if r <= 12 else (1 << (32 - r)) - 1

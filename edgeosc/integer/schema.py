@@ -5,7 +5,7 @@ Everything else is made from these lists:
                                                 (`python -m edgeosc.integer.schema --write-header`)
   export/tflite_op/edgeosc_tflite_op.c          the custom op's option points (same command, same markers)
   edgeosc/integer/ckernels.py                   the ctypes mirrors (ctypes_struct)
-  edgeosc/export/c/ops.py                       the parameter structs of the fused calls (ordered)
+  edgeosc/export/c/cores.py                     the parameter structs of the fused calls (ordered)
   edgeosc/export/tflite/custom_op.py            the option names <point>_scale / <point>_zero_point (POINTS)
 tests/test_schema.py fails when a generated region differs from what this module writes now.
 

@@ -37,7 +37,7 @@ typedef struct {
 #define EDGEOSC_PACKED_OR(packed, plain) plain
 #endif
 
-/* EDGEOSC_PACKED builds read FULLY_CONNECTED / CONV_2D weights [units, depth] packed (export/c/ops.py pack_weights):
+/* EDGEOSC_PACKED builds read FULLY_CONNECTED / CONV_2D weights [units, depth] packed (export/c/packing.py pack_weights):
  * units in pairs (an odd last unit paired with zeros), depth in an even number of groups of four (zero-filled); per
  * pair its two biases as int32, each bias[u] - zp_in sum_d w[u][d] (the input zero point folded in), then per group
  * two words: A = the bytes (w[u][d], w[u+1][d], w[u][d+2], w[u+1][d+2]) and B the same at d + 1, so that SXTB16 of
@@ -184,7 +184,7 @@ void edgeosc_transpose_int8(const EdgeoscTransposeParams *p, const int8_t *in, i
 /** Copies n bytes (no libc in the firmware path). */
 void edgeosc_copy_int8(int32_t n, const int8_t *in, int8_t *out);
 
-/** A streaming model's shift-register state kept as a ring (export/c/ops.py ring): `rows` rows of `slots` entries
+/** A streaming model's shift-register state kept as a ring (export/c/patterns.py ring): `rows` rows of `slots` entries
  * of n bytes; the new entry (rows x n bytes) written over the oldest, slot *slot, which then advances. */
 void edgeosc_ring_write_int8(int32_t rows, int32_t slots, int32_t n, const int8_t *in, int8_t *ring, int32_t *slot);
 

@@ -17,7 +17,8 @@ MACS_COUNTED = ("multiply-accumulates of CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNE
 
 def count_macs(tflite: str | Path) -> dict:
     """MACs of one inference (see MACS_COUNTED): total, inside the fused attention cores, by op kind."""
-    from ...export.c.ops import CUSTOM_OSC, lower, read_graph
+    from ...export.c.graph import CUSTOM_OSC, read_graph
+    from ...export.c.ops import lower
     g = read_graph(Path(tflite).read_bytes())
     fused = {o for call in lower(g)[0] if call.fn in ATTENTION for o in call.ops}
     total, attention, by_kind = 0, 0, {}

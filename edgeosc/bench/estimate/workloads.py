@@ -63,8 +63,9 @@ def kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     (FULLY_CONNECTED, CONV_2D: the DSP requantization constants prepared on each call, not given as code generation
     writes them), "stride" and "dil" (CONV_2D and DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside
     and outside the image alike), "scales" (ADD / SUB: the scales of a, b and the output; random otherwise)."""
-    from ...export.c.ops import (depthwise3x3_packs, depthwise_scratch_words, dsp_requant, pack_depthwise3x3,
-                                 pack_weights, wide_words)
+    from ...export.c.multipliers import dsp_requant
+    from ...export.c.packing import (depthwise3x3_packs, depthwise_scratch_words, pack_depthwise3x3, pack_weights,
+                                     wide_words)
     from ...integer import reference as R
     i8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     zp = lambda: int(rng.integers(-128, 128))  # noqa: E731

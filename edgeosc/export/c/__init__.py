@@ -26,7 +26,9 @@ from ...checkpoint import Checkpoint
 from ...config import NORMALIZE_MODES, ExportConfig, FeatureConfig
 from ...frontend import ACTIVE_DB, mfcc_constants, nats
 from ...io import write_json
-from .ops import Array, Call, Graph, Only, Ref, Slot, Struct, Sums, lower, read_graph
+from .calls import Array, Call, Only, Ref, Slot, Struct, Sums
+from .graph import Graph, read_graph
+from .ops import lower
 
 ALIGN = 4
 POINTER_BYTES = 4  # on Cortex-M: every parameter struct field is an int32_t or a pointer

@@ -36,7 +36,7 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
 
 /* Depthwise 3 x 3, stride 1, one output per input channel, on the DSP requantization constants (rq.dsp), when the
  * output range is int8's whole (a ReLU's output zero point -128 gives it), out_h <= 30 and code generation found the
- * rounding below exact for every channel (export/c/ops.py depthwise3x3_packs). Four channels at a time:
+ * rounding below exact for every channel (export/c/packing.py depthwise3x3_packs). Four channels at a time:
  *  1. planes: the input as int16 row pairs, padded with zp_in (the zero point is folded into the packed bias, and the
  *     padding adds nothing: TFLite's skipped taps), each row pair stored once: the word of padded column px, row pair
  *     j (rows 2j, 2j + 1) and channel k at DW3_AT(J, px, j) + k, a 256-byte block per column whose last slot holds row
@@ -185,7 +185,7 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
 }
 
 static int edgeosc_depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *out, int32_t *scratch) {
-  if (scratch && p->packed) { /* code generation packed it for the planes (export/c/ops.py depthwise3x3_packs) */
+  if (scratch && p->packed) { /* code generation packed it for the planes (export/c/packing.py depthwise3x3_packs) */
     depthwise3x3_dsp(p, in, out, scratch);
     return 1;
   }
