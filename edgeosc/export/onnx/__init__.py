@@ -23,6 +23,7 @@ from ...config import ExportConfig
 from ...io import atomic_path
 from ...models.attention import OscillatorAttention
 from . import custom_op
+from .trace import for_onnx
 from ...runtime.onnx import INPUT, OUTPUT, load_onnx
 
 FILES = ("float.onnx", "float_op.onnx", "int8_qcdq.onnx", "int8_qcdq_op.onnx")
@@ -85,6 +86,7 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     mcfg = model.cfg
     x = torch.randn(1, mcfg.n_frames, mcfg.n_coeffs, generator=torch.Generator().manual_seed(0))
     layer = _oscillator_layer(net)
+    net = for_onnx(net)
     with torch.no_grad():
         _save(_float_onnx(net, x, cfg, custom=False), out_dir / "float.onnx")
         if layer is not None:
@@ -93,6 +95,7 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     if qat is None:
         return out_dir
     qat.eval()
+    qat = for_onnx(qat)
     _save(_qcdq_onnx(qat, x, cfg, custom=False), out_dir / "int8_qcdq.onnx")
     if layer is not None:
         proto = _qcdq_onnx(custom_op.use_custom_op(qat), x, cfg, custom=True)

@@ -63,7 +63,7 @@ class _Op(torch.autograd.Function):
         kinds = {int: "i", float: "f", str: "s"}
         attrs = {f"{k}_{kinds[type(val)]}": val for k, val in attributes(layer).items()}
         out = g.op(f"{DOMAIN}::{OP}", q, k, v, r, *([gates] if layer.gate is not None else []), **attrs)
-        _, h, _, d_v = v.type().sizes()
+        h, d_v = layer.heads, layer.out.in_features // layer.heads  # v's traced type may hold no sizes
         out.setType(v.type().with_sizes([None, h, None, d_v]))  # [B,H,T,d_v]; B and T stay dynamic
         return out
 

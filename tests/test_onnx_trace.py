@@ -1,0 +1,108 @@
+"""What the ONNX files trace (edgeosc/export/onnx/trace.py): the torch model's function in few and large ops."""
+import math
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from edgeosc.export.onnx.trace import _harmonic_map, _monomials, direct_linear_core, for_onnx
+from edgeosc.models.attention import (OscillatorAttention, harmonic_coefficients, oscillator_attention_linear,
+                                      readout_features)
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_monomials_give_the_linear_forms_readout_features(p):
+    """[1, cos m t, sin m t] as the linear form computes them, Re and Im of (x_0 + i x_1)^m, for any 2-vector (an
+    int8 unit vector is one to 1/128 only)."""
+    x = torch.randn(3, 7, 2, dtype=torch.float64) * 1.3
+    mono, exps = _monomials(x, p)
+    assert len(exps) == len(set(exps)) == (p + 1) * (p + 2) // 2 and mono.shape[-1] == len(exps)
+    phi, psi = readout_features(x, x, p)
+    k_phi = _harmonic_map(exps, p, harmonic_coefficients(p), torch.float64)
+    k_psi = _harmonic_map(exps, p, [1.0] * (p + 1), torch.float64)
+    assert torch.allclose(mono @ k_phi, phi, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(mono @ k_psi, psi, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("gate", [False, True])
+@pytest.mark.parametrize("p", [1, 3, 4])
+@pytest.mark.parametrize("tokens", [None, 11])  # a function body's dynamic T, a model's
+def test_the_direct_core_is_the_linear_core(gate, p, tokens):
+    torch.manual_seed(p)
+    layer = OscillatorAttention(16, 2, 2, p, "taylor2", form="linear", key_gate=gate).double().eval()
+    layer.onnx_tokens = tokens
+    q, k, v = (torch.randn(3, 2, 11, 8, dtype=torch.float64) * 2 for _ in range(3))
+    r = torch.randn(3, 2, 11, 2, dtype=torch.float64)
+    r = r / r.norm(dim=-1, keepdim=True)
+    g = torch.rand(3, 2, 11, 1, dtype=torch.float64) if gate else None
+    for anchors in (r, r * (1 + 0.01 * torch.randn(3, 2, 11, 1))):  # unit vectors, and as int8 ones to 1/128
+        want = oscillator_attention_linear(q, k, v, anchors, p=p, g=g)
+        got = direct_linear_core(layer, q, k, v, anchors, g=g)
+        assert torch.allclose(got, want, rtol=1e-9, atol=1e-12)
+    if gate:  # no key with weight: 0, as the linear form
+        assert not direct_linear_core(layer, q, k, v, r, g=torch.zeros_like(g)).any()
+
+
+def _qat_model(window=0):
+    from edgeosc.config import ModelConfig, QuantConfig
+    from edgeosc.models.kws import build_model
+    from edgeosc.quant import calibrate, quantize_model
+    torch.manual_seed(0)
+    net = build_model(ModelConfig(n_classes=3, d_osc=2, positive="taylor2", form="linear", key_gate=True)).eval()
+    qat = quantize_model(net, QuantConfig())
+    x = torch.randn(16, 49, 40)
+    calibrate(qat, [(x, None)], 1)
+    return qat.eval(), x
+
+
+def test_projections_by_head_compute_the_same_values():
+    """The fused, head-major projection of a QAT layer gives the three layers' outputs bit for bit, reordered."""
+    qat, x = _qat_model()
+    attn, block = qat.net.blocks[0].attn, qat.net.blocks[0]
+    seen = []
+    hook = block.norm1.register_forward_hook(lambda module, args, out: seen.append(out))
+    with torch.no_grad():
+        qat(x[:2])
+        hook.remove()
+        n = seen[0]  # what the projections read
+        widths = [attn.d_h] * 3 + [attn.d_osc, 1]
+        got = for_onnx(qat).net.blocks[0].attn.onnx_proj(n).unflatten(-1, (attn.heads, -1)).split(widths, -1)
+        parts = list(attn.qkv(n).chunk(3, -1)) + [attn.anchor(n), attn.gate(n)]
+        for a, b in zip(got, parts):
+            assert torch.equal(a, b.unflatten(-1, (attn.heads, -1)))
+
+
+def test_onnx_files_are_few_ops_with_int8_projections(tmp_path):
+    """The export traces for_onnx's graph: in onnxruntime every Linear becomes an int8 kernel (MatMulIntegerToFloat,
+    as softmax's qkv), the core a handful of MatMuls; the files still equal the QAT model."""
+    from edgeosc.checkpoint import Checkpoint
+    from edgeosc.config import ExportConfig, FeatureConfig
+    from edgeosc.export import export
+    from edgeosc.runtime.onnx import OnnxRunner
+    qat, x = _qat_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folder = export(Checkpoint.of(qat, FeatureConfig(), ["a", "b", "c"]), ExportConfig(), tmp_path)
+    with torch.no_grad():
+        ref = qat(x).numpy()
+    lsb = float(qat.output_quant.act_quant.scale().detach())
+    for name in ("int8_qcdq.onnx", "int8_qcdq_op.onnx"):
+        opt = tmp_path / f"{name}.optimized"
+        out = OnnxRunner(folder / name, optimized_model=opt, custom_op=False)(x.numpy())
+        assert np.abs(out - ref).max() <= lsb * 1.001 and (out.argmax(-1) == ref.argmax(-1)).all()
+        nodes = onnx.load(opt).graph.node
+        proj = [n.op_type for n in nodes if "onnx_proj/MatMul" in n.name]  # one per block, an int8 kernel
+        assert proj == ["MatMulIntegerToFloat"] * 2, proj
+        assert name.endswith("_op.onnx") or len(nodes) < 300, len(nodes)  # the linear core's trace: ~700
+
+
+def test_streaming_models_trace_as_they_are():
+    from edgeosc.config import ModelConfig
+    from edgeosc.models.kws import build_model
+    net = build_model(ModelConfig(n_classes=3, d_osc=2, positive="taylor2", form="linear", window=8,
+                                  rotate_anchors=True))
+    traced = for_onnx(net)
+    assert not any(hasattr(m, "onnx_proj") for m in traced.modules())
+    assert math.isclose(float(traced.blocks[0].attn.omega[0]), float(net.blocks[0].attn.omega[0]))
