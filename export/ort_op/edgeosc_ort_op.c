@@ -3,12 +3,14 @@
  *
  * Inputs q, k, v [B, H, T, d_h | d_v], r [B, H, T, 2] and optionally g [B, H, T, 1], all float32; output out
  * [B, H, T, d_v]. The kernel computes what the node's model-local ONNX function computes (the function onnxruntime
- * otherwise inlines, traced from oscillator_attention_linear in edgeosc/models/attention.py), the same float32
- * operations in the same order, with the points q, k, v, r, z, out quantized as the function's
- * QuantizeLinear/DequantizeLinear pairs do (x / s rounded half to even, saturated to int8, times s) where the node
- * carries their <point>_scale attributes (int8_qcdq_op.onnx), and left alone where it does not (float_op.onnx).
+ * otherwise inlines: the linear core in its direct form, edgeosc/export/onnx/trace.py), as the float32
+ * operations of oscillator_attention_linear in edgeosc/models/attention.py, with the points q, k, v, r, z, out
+ * quantized as the function's QuantizeLinear/DequantizeLinear pairs do (x / s rounded half to even, saturated to
+ * int8, times s) where the node carries their <point>_scale attributes (int8_qcdq_op.onnx), and left alone where it
+ * does not (float_op.onnx).
  * Per head one pass over the keys builds the two sums (the coupling's S [F, 3] and the readout's M [2p + 1, d_v + 1])
- * and one pass over the queries reads them; only the order of the float32 sums differs from the function's MatMuls.
+ * and one pass over the queries reads them; the function computes the coupling as T x T products instead, so the two
+ * agree to float32 rounding.
  *
  * Not the int8 kernel of int8_custom.tflite (edgeosc_linear_core_int8): that one rounds the coupling coefficient,
  * the harmonics and the division to integers, so it moves 3-7% of the core's outputs by one step from this float

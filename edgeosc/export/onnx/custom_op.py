@@ -19,6 +19,7 @@ from onnx import helper
 from torch import nn
 
 from ...models.attention import LINEAR_POINTS, QUANT_POINTS, OscillatorAttention
+from .trace import direct_linear_core
 
 DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 1
 INPUTS, GATE, OUTPUT = ("q", "k", "v", "r"), "g", "out"
@@ -102,6 +103,8 @@ class _Core(nn.Module):
         self.layer = layer
 
     def forward(self, q, k, v, r, g=None):
+        if self.layer.form == "linear" and not self.layer.window:  # the same function in few large ops (trace.py)
+            return direct_linear_core(self.layer, q, k, v, r, g=g)
         return type(self.layer).core(self.layer, q, k, v, r, g=g)
 
 
@@ -110,6 +113,7 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
     params = quant_params(layer)
     layer = copy.deepcopy(layer)
     layer.quant = _MarkPoints()
+    layer.onnx_tokens = None  # the body's T is dynamic
     b, h, t, d_h = 1, layer.heads, 5, layer.d_h
     args = tuple(torch.randn(b, h, t, d) for d in (d_h, d_h, d_h, layer.d_osc))
     if layer.gate is not None:
