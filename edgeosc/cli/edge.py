@@ -1,6 +1,7 @@
 """On the device: the Raspberry Pi bundle, streaming detection, always-on evaluation."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -104,10 +105,10 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json (its data set is the one of the
     checkpoint the manifest names). The split's clips, keywords and others alike, follow each other in a random
     order with short gaps of quiet noise (--in-context: longer stretches of speech, noise and music); `edgeosc
-    listen`'s listener runs over them. A detection naming the keyword
-    of a clip between the clip's start and 1 s after its speech ends is a hit; every other detection is a false
-    alarm. Prints recall, false alarms per hour and the latency after each keyword's end. With --negatives-hours,
-    false alarms are also counted on keyword-free audio, and recall is read at 1, 5 and 10 of them per hour.
+    listen`'s listener runs over them. A detection naming the keyword of a clip between the clip's start and 1 s
+    after its speech ends is a hit; every other detection is a false alarm. Prints recall, false alarms per hour and
+    the latency after each keyword's end. With --negatives-hours, false alarms are also counted on keyword-free
+    audio, and recall is read at 1, 5 and 10 of them per hour.
     """
     from ..checkpoint import load_checkpoint
     from ..data import load_dataset
@@ -123,7 +124,8 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
         torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
     if det_plot and not negatives_hours:
         raise click.UsageError("--det-plot needs --negatives-hours (the DET curve's false alarms are counted there)")
-    data = load_dataset(settings.load(base={"data": load_checkpoint(source).data_cfg}).data, cache_dir)
+    trained_on = dataclasses.replace(load_checkpoint(source).data_cfg, negatives_hours=0.0)  # a split, not training
+    data = load_dataset(settings.load(base={"data": trained_on}).data, cache_dir)
     from ..data import default_cache_dir
     from ..data.negatives import load_negatives
 
