@@ -24,7 +24,6 @@ DS-CNN: batch norms folded into the convolutions, a point after each ReLU (_quan
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import warnings
@@ -45,7 +44,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
 from .config import QUANT_PRESETS, QuantConfig, to_dict
 from .integer.linear import LINEAR_P
 from .models.attention import (GATE_POINTS, LAYER_POINTS, LINEAR_GATE_POINTS, LINEAR_POINTS, QUANT_POINTS,
-                               STREAM_GATE_POINTS, SoftmaxAttention, unit)
+                               STREAM_GATE_POINTS, SoftmaxAttention, direct_form, unit)
 from .models.dscnn import DSCNN
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
 
@@ -347,19 +346,6 @@ def twin_legacy_keys(model: nn.Module, keys) -> set[str]:
     owners = [f"{name}.points.{n}." for name, m in model.named_modules()
               if isinstance(m, QuantPoints) and m.passed for n in m.passed]
     return {k for k in keys if any(k.startswith(o) for o in owners)}
-
-
-@contextlib.contextmanager
-def direct_form(model: nn.Module):
-    """The model's whole-clip linear-form oscillator layers compute the direct form (the same function) meanwhile."""
-    twins = _twins(model)
-    for attn in twins:
-        attn.form = "direct"
-    try:
-        yield model
-    finally:
-        for attn in twins:
-            attn.form = "linear"
 
 
 @torch.no_grad()

@@ -62,6 +62,6 @@ def test_sharpness_counts_the_keys_each_query_reads():
     osc = build_model(ModelConfig(n_classes=3)).eval()  # the linear core: read from its direct form
     rows = sharpness(osc, x)
     assert all(1 <= k <= 49 and len(r["effective_keys"]) == osc.cfg.heads for r in rows for k in r["effective_keys"])
-    assert osc.blocks[0].attn.quant is None and osc.cfg.form == "linear"  # the model is left as it was
+    assert osc.blocks[0].attn.quant is None and osc.blocks[0].attn.form == "linear"  # the model is left as it was
     with pytest.raises(ValueError, match="whole-clip"):
         sharpness(build_model(ModelConfig(n_classes=3, window=8)), x)

@@ -5,6 +5,7 @@ Shapes: B batch, H heads, T tokens, d_h query/key dim, d_v value dim, d_osc osci
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from itertools import combinations_with_replacement
 from typing import NamedTuple
@@ -505,6 +506,20 @@ class OscillatorAttention(_Heads):
             coupling, readout = (a.sum(2, keepdim=True) for a in terms(kept))
         state.update(t=t + 1, coupling=coupling, readout=readout, keys=kept)
         return self.merge(linear_query(q, coupling, readout, self.p, self.eps, self.quant))
+
+
+@contextlib.contextmanager
+def direct_form(model: nn.Module):
+    """Meanwhile, the model's whole-clip linear-form oscillator layers compute the direct form: the same function
+    over T x T (docs/maths.md#linear-form), with the direct core's named points (its attention rows among them)."""
+    layers = [m for m in model.modules() if isinstance(m, OscillatorAttention) and m.form == "linear" and not m.window]
+    for attn in layers:
+        attn.form = "direct"
+    try:
+        yield model
+    finally:
+        for attn in layers:
+            attn.form = "linear"
 
 
 class SwiGLU(nn.Module):

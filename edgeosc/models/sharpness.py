@@ -2,12 +2,11 @@
 (1: one key, T: all alike). The oscillator's rows are read from its direct form, the same function over T x T."""
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from torch import Tensor, nn
 
-from .kws import KWSTransformer, build_model
+from .attention import direct_form
+from .kws import KWSTransformer
 
 
 class _Rows(nn.Module):
@@ -28,18 +27,13 @@ def sharpness(model: nn.Module, features: Tensor) -> list[dict]:
     [B, T, C]. A whole-clip float transformer (oscillator or softmax)."""
     if not isinstance(model, KWSTransformer) or model.window:
         raise ValueError("sharpness reads a whole-clip oscillator or softmax network")
-    cfg = model.cfg
-    if cfg.attention == "oscillator" and cfg.form == "linear":  # the same weights, the rows made explicit
-        direct = build_model(dataclasses.replace(cfg, form="direct"))
-        direct.load_state_dict(model.state_dict())
-        model = direct
     model = model.eval()
     hooks = []
     for block in model.blocks:
         block.attn.quant = _Rows()
         hooks.append(block.attn.quant)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), direct_form(model):  # a linear core's rows made explicit, the same function
             model(features)
     finally:
         for block in model.blocks:
