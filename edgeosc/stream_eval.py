@@ -60,7 +60,7 @@ def long_recording(data: ClipSet, split: str, front: FrontEnd, max_clips: int | 
         raise StreamError(f"the data set has no {split!r} clips")
     idx = rng.permutation(idx)[:max_clips]
     sr, parts, events, t, used = front.cfg.sample_rate, [], [], 0, 0
-    if context is not None and len(context) < len(idx) * CONTEXT_GAP_S[1] * sr:
+    if context is not None and len(context) < context_seconds(data, split, max_clips) * sr:
         raise StreamError(f"context audio of {len(context) / sr:.0f} s: {len(idx)} clips in context need "
                           f"{len(idx) * CONTEXT_GAP_S[1]:.0f} s")
     for i in idx:

@@ -127,18 +127,15 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     trained_on = dataclasses.replace(load_checkpoint(source).data_cfg, negatives_hours=0.0)  # a split, not training
     data = load_dataset(settings.load(base={"data": trained_on}).data, cache_dir)
     from ..data import default_cache_dir
-    from ..data.negatives import load_negatives
-
-    def keyword_free(hours: float, draws: int, what: str):
-        with tqdm(total=round(3600 * hours), unit="s", desc=what, leave=False, disable=as_json) as bar:
-            return load_negatives(hours, draws, cache_dir or default_cache_dir(),
-                                  progress=lambda done, total: bar.update(round(done) - bar.n))
-    negatives = keyword_free(negatives_hours, seed, "keyword-free audio") if negatives_hours else None
+    from ..data.negatives import load_negatives_shown
+    cache = cache_dir or default_cache_dir()
+    negatives = (load_negatives_shown(negatives_hours, seed, cache, "keyword-free audio", not as_json)
+                 if negatives_hours else None)
     context = None
     if in_context:  # whole 0.05 h, so nearby clip counts share one cached recording; other draws than the negatives'
         from ..stream_eval import context_seconds
         hours = math.ceil(context_seconds(data, split, max_clips) / 180) / 20
-        context = keyword_free(hours, 1000 + seed, "context audio")
+        context = load_negatives_shown(hours, 1000 + seed, cache, "context audio", not as_json)
     with tqdm(total=0, unit="s", desc="streaming", leave=False, disable=as_json) as bar:
         def progress(done, total):
             bar.total = round(total / net.feature_cfg.sample_rate)

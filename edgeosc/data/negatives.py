@@ -219,6 +219,14 @@ def load_negatives(hours: float, seed: int = 0, cache_dir: str | Path | None = N
     return pcm.astype(np.float32) / 32767  # as every later call reads it
 
 
+def load_negatives_shown(hours: float, seed: int, cache_dir, desc: str, show: bool = True,
+                         pool: str = "eval") -> np.ndarray:
+    """load_negatives with a progress bar (seconds made) named `desc`, unless show is false."""
+    from tqdm.auto import tqdm
+    with tqdm(total=round(3600 * hours), unit="s", desc=desc, leave=False, disable=not show) as bar:
+        return load_negatives(hours, seed, cache_dir, lambda done, total: bar.update(round(done) - bar.n), pool)
+
+
 def with_training_negatives(data, hours: float, seed: int, cache_dir: Path, progress: bool = True):
     """`data` plus `hours` of the training pool cut into 1 s clips labelled _unknown_, in the training split only
     (validation and test keep the dataset's own clips)."""
@@ -226,16 +234,7 @@ def with_training_negatives(data, hours: float, seed: int, cache_dir: Path, prog
     if UNKNOWN not in data.classes:
         raise DataError(f"negatives join the {UNKNOWN} class, which this task does not have ({list(data.classes)})")
     clip = data.audio.shape[1]
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=round(3600 * hours), unit="s", desc="training negatives", leave=False)
-    try:
-        x = load_negatives(hours, seed, cache_dir, bar and (lambda done, total: bar.update(round(done) - bar.n)),
-                           pool="train")
-    finally:
-        if bar:
-            bar.close()
+    x = load_negatives_shown(hours, seed, cache_dir, "training negatives", progress, pool="train")
     n = len(x) // clip
     audio = np.round(x[: n * clip].reshape(n, clip) * 32767).astype(np.int16)
     return data.extended(audio, np.full(n, data.classes.index(UNKNOWN)), np.full(n, "negatives"),
