@@ -8,6 +8,14 @@
 #if EDGEOSC_ASM_SOURCES
 /* ---- step 2: one channel's output rows ------------------------------------------------------------------------- */
 
+/* Rows 2j and 2j + 1 of a tap column, from A and B (r9, r10) with weights \w, \v, into r11, r12 */
+  .macro dw3_pair_taps w, v
+  smlad r11, r9, \w, r11
+  smlatb r12, r9, \w, r12
+  smlabt r11, r10, \v, r11
+  smlad r12, r10, \v, r12
+  .endm
+
 /* Two output rows 2j, 2j + 1 (r0 at row pair j, on 16 bytes): A = row pair j and B = j + 1 of each tap column in r9,
  * r10, the sums in r11, r12, the constants read from the stack, the record pointer read and written back */
   .macro dw3_pair
@@ -20,16 +28,10 @@
   smlad r12, r10, r6, r12
   ldr r9, [r0, #240]                            /* column ox + 1 */
   ldr r10, [r0, #256]
-  smlad r11, r9, r4, r11
-  smlatb r12, r9, r4, r12
-  smlabt r11, r10, r7, r11
-  smlad r12, r10, r7, r12
+  dw3_pair_taps r4, r7
   ldr r9, [r0, #496]                            /* column ox + 2 */
   ldr r10, [r0, #512]
-  smlad r11, r9, r5, r11
-  smlatb r12, r9, r5, r12
-  smlabt r11, r10, r8, r11
-  smlad r12, r10, r8, r12
+  dw3_pair_taps r5, r8
   ldr r1, [sp, #4]                              /* 2M, 2^(32-r)+1, zp, rec */
   ldr r2, [sp, #8]
   ldr lr, [sp, #12]

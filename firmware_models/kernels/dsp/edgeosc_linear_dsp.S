@@ -205,6 +205,19 @@
   update_pairs \kps
   .endm
 
+/* Row 0 of the coupling state at r0 (the feature 1, K'_0 = (1, 1)): each of its two words plus the sum of the int16
+ * halves of \x0, \x1 (SXTAH, ASR #16), stored; r0 moves to row 1 */
+  .macro row0_adds_r x0, x1
+  ldr r12, [r0]
+  ldr lr, [r0, #4]
+  sxtah r12, r12, \x0
+  add r12, r12, \x0, asr #16
+  sxtah lr, lr, \x1
+  add lr, lr, \x1, asr #16
+  str lr, [r0, #4]
+  str r12, [r0], #8
+  .endm
+
 /* void edgeosc_update_coupling_d8_asm(int32_t *state, const int32_t *t): the coupling: row i's (x0_i, x1_i) in r10,
  * r11, K'_1..K'_8 in r2-r9 (K'_0 = (1, 1) by SXTAH and ASR #16), each word pair loaded, two SMLAD, stored */
   edgeosc_function edgeosc_update_coupling_d8_asm
@@ -213,14 +226,7 @@
   ldm r12, {r2-r9}
   ldr r10, [r1, #36]                            /* row 0: (0, 0) adds r itself */
   ldr r11, [r1, #72]
-  ldr r12, [r0]
-  ldr lr, [r0, #4]
-  sxtah r12, r12, r10
-  add r12, r12, r10, asr #16
-  sxtah lr, lr, r11
-  add lr, lr, r11, asr #16
-  str lr, [r0, #4]
-  str r12, [r0], #8
+  row0_adds_r r10, r11
   update_pairs r2, r3, r4, r5, r6, r7, r8, r9
   update_row 1, r2, r3, r4, r5, r6, r7, r8, r9
   update_row 2, r3, r4, r5, r6, r7, r8, r9
@@ -320,14 +326,7 @@
   ldrd r8, r9, [r3, #8]
   ldr r4, [r1, #36]                             /* row 0: (0, 0) adds r itself (h takes it in C) */
   ldr r5, [r1, #72]
-  ldr r12, [r0]
-  ldr lr, [r0, #4]
-  sxtah r12, r12, r4
-  add r12, r12, r4, asr #16
-  sxtah lr, lr, r5
-  add lr, lr, r5, asr #16
-  str lr, [r0, #4]
-  str r12, [r0], #8
+  row0_adds_r r4, r5
   add r1, r1, #4
   ldr r3, [r2, #-4]
   .rept 8
