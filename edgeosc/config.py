@@ -11,8 +11,8 @@ DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight"
 
 ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto", "ds-cnn")  # the model kinds; ds-cnn: no attention
 FLOAT_ONLY = ("kuramoto",)  # kinds with no int8 path: the pipeline trains, exports and times them in float
-POSITIVE_MAPS = ("softplus", "elu1", "relu2", "taylor2")
-POLYNOMIAL_MAPS = ("taylor2",)  # positive maps with a finite feature map: the linear form needs one
+POSITIVE_MAPS = ("softplus", "elu1", "relu2", "taylor2", "cos2")
+POLYNOMIAL_MAPS = ("taylor2", "cos2")  # positive maps with a finite feature map: the linear form needs one
 PHASE_MAPS, PHASE_READOUTS = ("angle", "tanh", "linear"), ("linear", "prototype")  # the Kuramoto network's
 FORMS = ("direct", "linear")  # the oscillator core: T x T passes, or sums over keys (models/attention.py)
 NORMALIZE_MODES = ("none", "utterance", "active", "running")  # features.py: which per-band mean each clip loses

@@ -43,7 +43,7 @@ with warnings.catch_warnings():  # Brevitas warns on import that an optional CUD
 
 from .config import QUANT_PRESETS, QuantConfig, to_dict
 from .integer.linear import LINEAR_P
-from .models.attention import (GATE_POINTS, LAYER_POINTS, LINEAR_GATE_POINTS, LINEAR_POINTS, QUANT_POINTS,
+from .models.attention import (COSINE, GATE_POINTS, LAYER_POINTS, LINEAR_GATE_POINTS, LINEAR_POINTS, QUANT_POINTS,
                                STREAM_GATE_POINTS, SoftmaxAttention, direct_form, unit)
 from .models.dscnn import DSCNN
 from .models.kws import BLOCK_POINTS, MODEL_POINTS, KWSTransformer, build_model
@@ -249,6 +249,9 @@ def _quantize_transformer(net: KWSTransformer, preset: Preset) -> None:
         if linear and (attn.d_osc != 2 or not LINEAR_P[0] <= attn.p <= LINEAR_P[1]):
             raise ValueError(f"model.form 'linear' in int8 needs d_osc 2 and p in {LINEAR_P[0]}..{LINEAR_P[1]} (the "
                              f"integer linear core), not d_osc {attn.d_osc}, p {attn.p}")
+        if kind == "oscillator" and attn.positive in COSINE:
+            raise ValueError(f"positive map {attn.positive!r} has no int8 path yet (the integer cores and the int8 "
+                             "graphs compute maps of q.k, not of unit q and k): train with another map for int8")
         anchor, gate = getattr(attn, "anchor", None), getattr(attn, "gate", None)
         block.norm1, block.norm2 = IntegerLayerNorm(preset), IntegerLayerNorm(preset)
         twin = linear and not attn.window  # its builtin twin's points too: int8.tflite (export/tflite/twin.py)

@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from edgeosc.models.attention import (POSITIVE, KuramotoBlock, OscillatorAttention, SoftmaxAttention,
+from edgeosc.models.attention import (POSITIVE, KuramotoBlock, OscillatorAttention, SoftmaxAttention, coupling,
                                       harmonic_coefficients, kuramoto_attention, oscillator_attention,
-                                      oscillator_attention_linear, softmax_attention)
+                                      oscillator_attention_linear, softmax_attention, unit)
 
 B, H, T, DH, DV = 2, 3, 11, 8, 5
 
@@ -42,14 +42,16 @@ def close(a, b, tol=1e-9):
 @pytest.mark.parametrize("d_osc", [2, 3])
 @pytest.mark.parametrize("masking", range(4), ids=["none", "padding", "causal", "padding+causal"])
 @pytest.mark.parametrize("gated", [False, True])
-def test_linear_form_equals_direct(p, d_osc, masking, gated):
-    """Sums over keys (harmonics at d_osc 2, monomials else) == the direct form with taylor2, values and gradients."""
+@pytest.mark.parametrize("positive", ["taylor2", "cos2"])
+def test_linear_form_equals_direct(p, d_osc, masking, gated, positive):
+    """Sums over keys (harmonics at d_osc 2, monomials else) == the direct form with each polynomial map, values and
+    gradients."""
     key_mask, causal, mask = key_masks()[masking]
     q, k, v, r = inputs(d_osc, seed=p + d_osc)
     g = (torch.rand(B, H, T, 1, generator=torch.Generator().manual_seed(3), dtype=q.dtype) + 0.1).requires_grad_()
     g = g if gated else None
-    direct = oscillator_attention(q, k, v, r, p=p, positive="taylor2", mask=mask, g=g)
-    linear = oscillator_attention_linear(q, k, v, r, p=p, key_mask=key_mask, causal=causal, g=g)
+    direct = oscillator_attention(q, k, v, r, p=p, positive=positive, mask=mask, g=g)
+    linear = oscillator_attention_linear(q, k, v, r, p=p, positive=positive, key_mask=key_mask, causal=causal, g=g)
     assert close(linear, direct)
     wrt = (q, k, v, r) + ((g,) if gated else ())
     for i, (a, b) in enumerate(zip(torch.autograd.grad(linear.square().sum(), wrt),
@@ -213,3 +215,14 @@ def test_key_gate_module_is_oscillator_only_and_matches_its_linear_form():
     for block in model.blocks:
         block.attn.form = "linear"
     torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
+
+
+def test_cos2_is_monotone_in_the_cosine_and_ignores_lengths():
+    """cos2 weighs a key by (1 + cos(q, k))^2: 0 for an opposite key, 4 for an aligned one, whatever the lengths
+    (taylor2 of large scores weighs an opposite key like an aligned one)."""
+    q = torch.tensor([[[[3.0, 0.0]]]])
+    k = torch.tensor([[[[-5.0, 0.0], [0.0, 2.0], [0.5, 0.0]]]])
+    w = coupling(unit(q, 1e-6) @ unit(k, 1e-6).transpose(-1, -2), 2, "cos2")
+    torch.testing.assert_close(w, torch.tensor([[[[0.0, 1.0, 4.0]]]]))
+    big = coupling(100 * q @ k.transpose(-1, -2), 2, "taylor2")
+    assert big[..., 0] > big[..., 2]  # taylor2: the opposite key pulls hardest

@@ -203,3 +203,16 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
         with pytest.raises(ValueError, match="needs d_osc 2 and p in 1..8"):
             quantize_model(build_model(ModelConfig(n_classes=3, positive="taylor2", form="linear", **{"d_osc": 2, **bad})),
                            QuantConfig())
+
+
+@pytest.mark.parametrize("target", ["onnx", "tflite", "c"])
+def test_export_refuses_a_map_of_unit_q_and_k(target, tmp_path):
+    """cos2's graphs are not written yet: every target says so and writes nothing."""
+    from edgeosc.checkpoint import Checkpoint
+    from edgeosc.config import DataConfig, FeatureConfig, ModelConfig, TrainConfig
+    from edgeosc.models.kws import build_model
+    model = build_model(ModelConfig(positive="cos2", n_classes=3)).eval()
+    ckpt = Checkpoint(model, model.cfg, FeatureConfig(), DataConfig(), TrainConfig(), ("a", "b", "c"), {})
+    with pytest.raises(ValueError, match="'cos2'.*no export path"):
+        export(ckpt, ExportConfig(), tmp_path / "out", target)
+    assert not (tmp_path / "out").exists()

@@ -147,3 +147,11 @@ def test_qat_and_ptq_through_the_cli(tones, data_cfg, tmp_path, monkeypatch):
         assert res.exit_code == 1 and needle in res.output and res.exception.__class__ is SystemExit, res.output
     res = invoke("export", tmp_path / "nothing-here")
     assert res.exit_code == 1 and "no such checkpoint" in res.output
+
+
+@pytest.mark.parametrize("form", ["linear", "direct"])
+def test_int8_refuses_a_map_of_unit_q_and_k(form):
+    """cos2 has no integer core or int8 graph yet: QAT says so instead of quantizing a map of q.k."""
+    model = build_model(ModelConfig(positive="cos2", form=form)).eval()
+    with pytest.raises(ValueError, match="'cos2' has no int8 path"):
+        quantize_model(model, QuantConfig())

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import ExportConfig, to_dict
 from ..io import sha256_file, write_json
+from ..models.attention import COSINE
 
 TARGETS = {"onnx": "edgeosc.export.onnx", "tflite": "edgeosc.export.tflite", "c": "edgeosc.export.c"}
 MANIFEST = "manifest.json"
@@ -28,6 +29,9 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path, target: str
         raise ValueError(f"model window {ckpt.model_cfg.window}: a streaming network exports to TFLite (--format "
                          "tflite: stream_int8.tflite with its state as extra inputs and outputs, and window_int8.tflite) "
                          "and to C firmware (--format c: the stream file's), not to ONNX")
+    if getattr(ckpt.model_cfg, "attention", "") == "oscillator" and ckpt.model_cfg.positive in COSINE:
+        raise ValueError(f"positive map {ckpt.model_cfg.positive!r} (a map of unit q and k) has no export path yet: the "
+                         "exported graphs and cores compute maps of q.k; it is a float research option for now")
     return importlib.import_module(TARGETS[target]).export(ckpt, cfg, out_dir)
 
 

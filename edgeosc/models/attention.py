@@ -29,12 +29,20 @@ def _taylor2(x: Tensor) -> Tensor:
     return 1.0 + x + 0.5 * x.square()  # exp's second-order Taylor polynomial: ((1 + x)^2 + 1) / 2 >= 1/2
 
 
+def _cos2(c: Tensor) -> Tensor:
+    return (1.0 + c).square()  # of a cosine: 0 for opposite q and k, 4 for aligned ones
+
+
 # Positive maps for the coupling weights w. softplus is the paper's. elu1 (ELU + 1, range (0, inf))
 # and relu2 (squared ReLU plus a floor) are edge-friendly: relu2 is a multiply and a max, and both
 # are exact in an int8 lookup table without exp at run time. taylor2 is a polynomial, so sigma(q.k) is a
-# dot product of finite feature maps, which the linear form needs (coupling_features).
+# dot product of finite feature maps, which the linear form needs (coupling_features). taylor2 is not monotone: trained
+# scores grow to |x| >> 1, where it is ~x^2 / 2 and a key opposite a query pulls it as hard as an aligned one.
+# cos2 = (1 + cos(q, k))^2, a map of the cosine of q and k (COSINE), is monotone and vanishes for opposite vectors: a
+# polynomial can only be both on a bounded input.
 RELU2_FLOOR = 1.0 / 64
-POSITIVE = {"softplus": F.softplus, "elu1": _elu1, "relu2": _relu2, "taylor2": _taylor2}
+POSITIVE = {"softplus": F.softplus, "elu1": _elu1, "relu2": _relu2, "taylor2": _taylor2, "cos2": _cos2}
+COSINE = ("cos2",)  # maps of cos(q, k) = unit(q).unit(k); the score scale cancels in them
 
 
 def _masked_fill(x: Tensor, mask: Tensor | None, value: float) -> Tensor:
@@ -67,8 +75,8 @@ def _identity(name: str, x: Tensor) -> Tensor:
 # The elementwise maps of the oscillator core. Between two quantized points each is a 256-entry table in
 # the int8 graph (export/tflite builds the tables with these very functions).
 def coupling(qk: Tensor, d_h: int, positive: str) -> Tensor:
-    """w = positive(q.k / sqrt(d_h))."""
-    return POSITIVE[positive](qk / math.sqrt(d_h))
+    """w = positive(q.k / sqrt(d_h)); for the COSINE maps qk is unit(q).unit(k), taken as it is."""
+    return POSITIVE[positive](qk if positive in COSINE else qk / math.sqrt(d_h))
 
 
 def shifted_power(zr: Tensor, p: int) -> Tensor:
@@ -92,6 +100,8 @@ def oscillator_state(q: Tensor, k: Tensor, r: Tensor, *, eps: float = 1e-6, posi
     `quant` sees qk, w, h and z; the inputs q, k, r are the caller's to quantize.
     """
     quant = _identity if quant is None else quant
+    if positive in COSINE:
+        q, k = unit(q, eps), unit(k, eps)
     qk = quant("qk", q @ k.transpose(-1, -2))  # [B,H,T,T]
     w = quant("w", coupling(qk, q.shape[-1], positive))  # [B,H,T,T] > 0
     # z depends only on the direction of each row of w r: unit rows of w keep |h| within [~1, sqrt(T)]
@@ -142,14 +152,18 @@ def _ones(x: Tensor) -> Tensor:
     return x[..., :1] * 0 + 1
 
 
-def coupling_features(x: Tensor) -> Tensor:
-    """phi with phi(q).phi(k) = taylor2(q.k / sqrt(d_h)): [1, x', x'_a x'_b for a <= b] with x' = x / d_h^(1/4), the
-    squares weighed by sqrt(1/2) (the feature map of "Based" linear attention): 1 + d_h + d_h (d_h + 1) / 2 features."""
+def coupling_features(x: Tensor, positive: str = "taylor2", eps: float = 1e-6) -> Tensor:
+    """phi with phi(q).phi(k) = positive(q, k): [1, x', x'_a x'_b for a <= b], 1 + d_h + d_h (d_h + 1) / 2 features.
+    taylor2(q.k / sqrt(d_h)): x' = x / d_h^(1/4), the squares weighed by sqrt(1/2) (the feature map of "Based" linear
+    attention). cos2, 1 + 2c + c^2 with c = unit(q).unit(k): x' = unit(x), the linear terms and the products a < b
+    weighed by sqrt(2)."""
     d = x.shape[-1]
-    x = x * d ** -0.25
+    cos = positive in COSINE
+    x = unit(x, eps) if cos else x * d ** -0.25
     a, b = map(list, zip(*combinations_with_replacement(range(d), 2)))  # a <= b (constants: the graph gathers)
-    w = torch.tensor([math.sqrt(0.5) if i == j else 1.0 for i, j in zip(a, b)], dtype=x.dtype, device=x.device)
-    return torch.cat([_ones(x), x, x[..., a] * x[..., b] * w], -1)
+    linear, square, product = (math.sqrt(2.0), 1.0, math.sqrt(2.0)) if cos else (1.0, math.sqrt(0.5), 1.0)
+    w = torch.tensor([square if i == j else product for i, j in zip(a, b)], dtype=x.dtype, device=x.device)
+    return torch.cat([_ones(x), x * linear, x[..., a] * x[..., b] * w], -1)
 
 
 def harmonic_coefficients(p: int) -> list[float]:
@@ -206,7 +220,7 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
         raise ValueError(f"the linear form needs a polynomial positive map ({', '.join(POLYNOMIAL)}), not {positive!r}")
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
-    factors = _key_factors(k, r, v, g, p)
+    factors = _key_factors(k, r, v, g, p, positive)
     if key_mask is not None:  # dropped keys add nothing
         keep = key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
         factors = [(a * keep, b) for a, b in factors]
@@ -214,14 +228,15 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
         coupling, readout = (_running(a.unsqueeze(-1) * b.unsqueeze(-2), window) for a, b in factors)
     else:  # every query reads every key: each sum one matmul
         coupling, readout = (a.transpose(-1, -2) @ b for a, b in factors)
-    return linear_query(q, coupling, readout, p, eps, quant)
+    return linear_query(q, coupling, readout, p, eps, quant, positive)
 
 
-def _key_factors(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int) -> list[tuple[Tensor, Tensor]]:
+def _key_factors(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int,
+                 positive: str = "taylor2") -> list[tuple[Tensor, Tensor]]:
     """Each key's two factor pairs of oscillator_attention_linear's sums: (phi(k_j), [r_j, 1]) for the coupling and
     (g_j psi(r_j), [v_j, 1]) for the readout."""
     psi = readout_features(r, r, p)[1]
-    return [(coupling_features(k), F.pad(r, (0, 1), value=1.0)),
+    return [(coupling_features(k, positive), F.pad(r, (0, 1), value=1.0)),
             (psi if g is None else psi * g, F.pad(v, (0, 1), value=1.0))]
 
 
@@ -233,14 +248,16 @@ def _running(terms: Tensor, window: int) -> Tensor:
     return state
 
 
-def linear_key_terms(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int) -> tuple[Tensor, Tensor]:
+def linear_key_terms(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int,
+                     positive: str = "taylor2") -> tuple[Tensor, Tensor]:
     """The keys' terms of oscillator_attention_linear's two sums, as a stream adds and later subtracts them:
     coupling phi(k_j) [r_j, 1]^T [..., F, d_osc + 1] and readout g_j psi(r_j) [v_j, 1]^T [..., n, d_v + 1]."""
-    (a, b), (c, d) = _key_factors(k, r, v, g, p)
+    (a, b), (c, d) = _key_factors(k, r, v, g, p, positive)
     return a.unsqueeze(-1) * b.unsqueeze(-2), c.unsqueeze(-1) * d.unsqueeze(-2)
 
 
-def linear_query(q: Tensor, coupling: Tensor, readout: Tensor, p: int, eps: float, quant=None) -> Tensor:
+def linear_query(q: Tensor, coupling: Tensor, readout: Tensor, p: int, eps: float, quant=None,
+                 positive: str = "taylor2") -> Tensor:
     """oscillator_attention_linear's output for queries q [..., T, d_h] from the two sums over the keys they read:
     one per query ([..., T, F, d_osc + 1] and [..., T, n, d_v + 1], as linear_key_terms), or shared by all of them
     ([..., F, d_osc + 1] and [..., n, d_v + 1])."""
@@ -255,7 +272,7 @@ def linear_query(q: Tensor, coupling: Tensor, readout: Tensor, p: int, eps: floa
         some = den > tiny
         return torch.where(some, num / torch.where(some, den, torch.ones_like(den)), torch.zeros_like(num))
 
-    z = quant("z", unit(ratio(contract(coupling_features(q), coupling)), eps))  # [..., d_osc]
+    z = quant("z", unit(ratio(contract(coupling_features(q, positive, eps), coupling)), eps))  # [..., d_osc]
     return quant("out", ratio(contract(readout_features(z, z, p)[0], readout)))
 
 
@@ -490,7 +507,7 @@ class OscillatorAttention(_Heads):
         r, g = self.anchors_of(x, k, t), self.gates_of(x)
         q, k, v, r = (self.point(name, a) for name, a in zip("qkvr", (q, k, v, r)))  # the core's int8 inputs
         def terms(keys: list[Tensor]) -> tuple[Tensor, Tensor]:  # the two sums' terms of keys [k, r, v(, g)]
-            return linear_key_terms(*keys[:3], keys[3] if len(keys) == 4 else None, self.p)
+            return linear_key_terms(*keys[:3], keys[3] if len(keys) == 4 else None, self.p, self.positive)
 
         keys = [k, r, v] + ([g] if g is not None else [])
         coupling, readout = terms(keys)
@@ -505,7 +522,7 @@ class OscillatorAttention(_Heads):
             # exactly and need none of this)
             coupling, readout = (a.sum(2, keepdim=True) for a in terms(kept))
         state.update(t=t + 1, coupling=coupling, readout=readout, keys=kept)
-        return self.merge(linear_query(q, coupling, readout, self.p, self.eps, self.quant))
+        return self.merge(linear_query(q, coupling, readout, self.p, self.eps, self.quant, self.positive))
 
 
 @contextlib.contextmanager
