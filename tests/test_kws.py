@@ -59,9 +59,19 @@ def test_sharpness_counts_the_keys_each_query_reads():
     rows = sharpness(soft, x)
     assert len(rows) == soft.cfg.blocks and all(abs(k - 49) < 1e-3 for r in rows for k in r["effective_keys"])
     assert all(abs(w - 1 / 49) < 1e-6 for r in rows for w in r["largest_weight"])
+    assert all(s < 1e-6 for r in rows for s in r["query_specificity"])  # every query reads the same row
     osc = build_model(ModelConfig(n_classes=3)).eval()  # the linear core: read from its direct form
     rows = sharpness(osc, x)
     assert all(1 <= k <= 49 and len(r["effective_keys"]) == osc.cfg.heads for r in rows for k in r["effective_keys"])
     assert osc.blocks[0].attn.quant is None and osc.blocks[0].attn.form == "linear"  # the model is left as it was
     with pytest.raises(ValueError, match="whole-clip"):
         sharpness(build_model(ModelConfig(n_classes=3, window=8)), x)
+
+
+def test_query_specificity_is_0_for_a_pooling_and_near_1_for_disjoint_rows():
+    from edgeosc.models.sharpness import query_specificity
+    t = 10
+    assert query_specificity(torch.full((t, t), 1 / t)).item() < 1e-7
+    torch.testing.assert_close(query_specificity(torch.eye(t)), torch.tensor(1 - 1 / t))  # each row its own key
+    half = torch.cat([torch.eye(t)[:5], torch.full((5, t), 1 / t)])  # half the queries read one key, half all
+    assert 0 < query_specificity(half).item() < 1 - 1 / t

@@ -34,11 +34,13 @@ def dynamics(samples, delta):
 @CACHE_DIR
 @friendly_errors
 def sharpness(checkpoint, clips, cache_dir):
-    """Keys each attention head reads per query.
+    """Keys each attention head reads per query, and how much the queries differ.
 
     Per block and head, over the first CLIPS test clips of the checkpoint's data set: the median effective number
-    of keys per query (exp of its attention row's entropy; 1 is one key, the frame count all alike) and the median
-    largest weight. The oscillator's rows are read from its direct form, the same function over T x T.
+    of keys per query (exp of its attention row's entropy; 1 is one key, the frame count all alike), the median
+    largest weight, and the query specificity (the mean total-variation distance of a query's row from its clip's
+    mean row: 0 when every query reads the same weights, a pooling). The oscillator's rows are read from its direct
+    form, the same function over T x T.
     """
     import torch
     from ..checkpoint import load_checkpoint
@@ -51,11 +53,12 @@ def sharpness(checkpoint, clips, cache_dir):
     idx = data.indices("test")[:clips]
     with torch.no_grad():
         feats = FeatureExtractor(ckpt.feature_cfg)(torch.as_tensor(data.audio[idx] / 32768.0, dtype=torch.float32))
-    click.echo(f"{ckpt.model_cfg.attention}, {len(idx)} test clips: effective keys per query (largest weight), "
-               f"median per head")
+    click.echo(f"{ckpt.model_cfg.attention}, {len(idx)} test clips: effective keys per query (largest weight) "
+               f"[query specificity], median per head")
     for row in measure(ckpt.model, feats):
         click.echo(f"  block {row['block']}: " + "  ".join(
-            f"{k:5.1f} ({w:.2f})" for k, w in zip(row["effective_keys"], row["largest_weight"])))
+            f"{k:5.1f} ({w:.2f}) [{s:.2f}]" for k, w, s in zip(row["effective_keys"], row["largest_weight"],
+                                                               row["query_specificity"])))
 
 
 if __name__ == "__main__":
