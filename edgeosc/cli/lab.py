@@ -34,7 +34,7 @@ def dynamics(samples, delta):
 @CACHE_DIR
 @friendly_errors
 def sharpness(checkpoint, clips, cache_dir):
-    """Keys each attention head reads per query, and how much the queries differ.
+    """Keys each head reads per query; how much queries differ.
 
     Per block and head, over the first CLIPS test clips of the checkpoint's data set: the median effective number
     of keys per query (exp of its attention row's entropy; 1 is one key, the frame count all alike), the median
