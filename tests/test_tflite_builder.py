@@ -240,3 +240,90 @@ def test_runtime_and_latency_bench_import_without_torch():
             "print(r.available_interpreters())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+
+# unit_vector's cases (the lowering is the same in steps whatever the scale): a LayerNorm's centred rows (d 32), 2-D
+# anchors, and an unsigned input (zero point -128)
+UNIT_CASES = {"layer_norm": (32, 0.59, 0), "anchors": (2, 0.02, 0), "unsigned": (8, 0.01, -128)}
+
+
+def unit_rows(n: int, zp: int, rows: int = 1000) -> np.ndarray:
+    """int8 rows whose norms (in steps above the zero point) run from 1 to the largest, a zero row and a full one."""
+    rng = np.random.default_rng(n)
+    v = rng.standard_normal((rows, n)) * rng.uniform(0.2, 1, (rows, n)) ** 3  # peaked and flat rows alike
+    if zp == -128:
+        v = np.abs(v)
+    big = max(127 - zp, zp + 128)
+    v *= big * np.geomspace(1 / big, 1, rows)[:, None] / np.abs(v).max(-1, keepdims=True)
+    q = np.clip(np.round(v) + zp, -128, 127)
+    q[0], q[1] = zp, (-128 if zp == 0 else 127)
+    return q.astype(np.int8)
+
+
+def unit_file(path, n: int, scale: float, zp: int, rows: int):
+    tb = TFLiteBuilder()
+    tb.mark_output(tb.unit_vector(tb.input("x", [1, rows, n], np.int8, scale, zp), "unit"))
+    path.write_bytes(tb.to_bytes())
+    return path
+
+
+@each
+@pytest.mark.parametrize("case", UNIT_CASES)
+def test_unit_vector_matches_numpy(case, interp, tmp_path):
+    """The NPU passes against x / ||x||, in output steps (1/128). A row whose square sum rounds to 1 step or more in
+    pass 1 (norm >= its half step) passes three roundings: twice at 1.25/127 between passes (0.62 output steps, up to
+    ~0.8 after the next factor) and once at the end (0.5), and the last factor's and sum's steps leave 0.4% of a
+    component (0.5 steps): within 2.7 steps (L2_NORMALIZATION: 0.5). A shorter row is scaled up by pass 1 and
+    restored by pass 2 down to 1/8 of that norm (its rounding between passes then counts more); below, it stays
+    short of 1 but keeps its direction."""
+    n, scale, zp = UNIT_CASES[case]
+    q = unit_rows(n, zp)
+    got = runtime.load(unit_file(tmp_path / "unit.tflite", n, scale, zp, len(q)), interp, xnnpack=False) \
+        .run_raw(q[None]).reshape(q.shape).astype(np.float64)
+    v = q.astype(np.float64) - zp
+    norm = np.linalg.norm(v, axis=-1)
+    assert (got[norm == 0] == 0).all()  # a zero row stays zero, as with L2_NORMALIZATION
+    got, v, norm = got[norm > 0], v[norm > 0], norm[norm > 0]
+    err = np.abs(got - 128 * v / norm[:, None]).max(-1)
+    out = np.linalg.norm(got, axis=-1) / 128
+    cos = (got * v).sum(-1) / (128 * out * norm)
+    half = np.sqrt(n) * max(127 - zp, zp + 128) / np.sqrt(2 * 255)  # pass 1's half-step norm, in input steps
+    full, restored, short = norm >= half, (norm >= half / 8) & (norm < half), norm < half / 8
+    assert full.sum() > 100 and restored.sum() > 100 and short.sum() > (10 if n > 2 else 0)
+    assert err[full].max() <= 2.7 and err[full].mean() <= 1.3, (err[full].max(), err[full].mean())
+    assert np.abs(out[full | restored] - 1).max() <= 0.03 and cos[restored].min() >= 0.995
+    assert out.max() <= 1.03 and cos[short & (norm >= 4)].min(initial=1.0) >= 0.99
+
+
+@need_all
+def test_unit_vector_agrees_across_interpreters(tmp_path):
+    n, scale, zp = UNIT_CASES["layer_norm"]
+    q = unit_rows(n, zp)
+    path = unit_file(tmp_path / "unit.tflite", n, scale, zp, len(q))
+    outs = [runtime.load(path, name, xnnpack=False).run_raw(q[None]).astype(int) for name in ALL]
+    for o in outs[1:]:  # TFLM's SUM requantizes a step apart now and then, and the passes after carry it
+        assert np.abs(o - outs[0]).max() <= 2 and (o == outs[0]).mean() > 0.99
+
+
+def layer_norm_file(path, l2: bool):
+    """A LayerNorm as export/tflite writes one: mean (FULLY_CONNECTED), SUB, unit vectors."""
+    tb = TFLiteBuilder()
+    x = tb.input("x", [1, 49, 32], np.int8, 0.05, 0)
+    ones = tb.const("ones", np.full((1, 32), 127, np.int8), np.int8, scale=1 / 32 / 127)
+    mean = tb.fully_connected(x, ones, keep_num_dims=True, q=(0.05, 0))
+    centre = tb.sub(x, mean, q=(0.08, 0))
+    tb.mark_output(tb.l2_normalization(centre) if l2 else tb.unit_vector(centre))
+    path.write_bytes(tb.to_bytes())
+    return path
+
+
+@pytest.mark.parametrize("accelerator", ["ethos-u55-128", "ethos-u85-256"])
+def test_a_layer_norm_runs_on_the_npus_only_as_unit_vector_passes(accelerator, tmp_path):
+    from edgeosc.bench import npu
+    if npu.vela_version() is None:
+        pytest.skip("Vela (ethos-u-vela) is not installed")
+    row = npu.compile_model(layer_norm_file(tmp_path / "npu.tflite", False), accelerator)
+    assert row["cpu_operators"] == 0 and row["npu_operators"] == row["operators"] > 10, row
+    row = npu.compile_model(layer_norm_file(tmp_path / "l2.tflite", True), accelerator)
+    assert [o["op"] for o in row["on_cpu"]] == ["L2_NORMALIZATION"], row

@@ -14,6 +14,7 @@ DESCRIPTION = "edgeosc"
 QUANTIZED = (np.int8, np.int16, np.uint8)
 _ACT = {None: 0, "relu": schema.ActivationFunctionType.RELU, "relu6": schema.ActivationFunctionType.RELU6,
         "relu_n1_to_1": schema.ActivationFunctionType.RELU_N1_TO_1}
+UNIT_BOUND = 1.25  # unit_vector: the norm bound of the vectors between its passes (pass 1 leaves <= sqrt(1.5))
 
 
 class _AlignedBufferT(schema.BufferT):
@@ -342,6 +343,31 @@ class TFLiteBuilder:
         if q is None and self.dtype(x) == np.int8:
             q = (1 / 128, 0)
         return self._unary("L2_NORMALIZATION", x, q, name, schema.L2NormOptionsT(), like=False)
+
+    def unit_vector(self, x, name="unit"):
+        """L2_NORMALIZATION's int8 unit vectors (output 1/128, zero point 0) in int8 ops the Ethos-U55 and U85 run
+        (Vela leaves L2_NORMALIZATION on the CPU): three passes of v <- v * RSQRT(SUM(v * v)) over the last axis.
+
+        One pass is not enough: SUM and RSQRT write int8 (255 steps) and a LayerNorm's rows span ~60x in norm, ~4000x
+        in square sum. Pass 1's squares and sum span the largest possible, (max |x|)^2 and n (max |x|)^2, so nothing
+        saturates; its factor spans [0, RSQRT(half a sum step)], where the sums that round to 0 land, so rows leave
+        with norm <= ~1.23, those scaled up but below 1. Pass 2 (factor <= 8) brings rows down to 1/8 of that within
+        ~10% of 1, pass 3 (factor <= 4/3, ~190 steps at 1) within ~0.3%. v is int8 at 1.25/127 between passes: about
+        1.2 output steps of error on a row's largest component (median; L2_NORMALIZATION's int32 sum: 0.5). Squares
+        under half a step round to 0: a flat row of many small components (n >= 48) that pass 1 left at 1/8-1/3 may
+        leave pass 2 longer than 1.25 and clip; rows under 1/8 of pass 1's half step stay short of 1.
+        """
+        (s,), (zp,) = self.quant(x)
+        big = s * max(127 - zp, zp + 128)  # the largest |x_i|
+        bound = big * math.sqrt(self.shape(x)[-1])  # the largest norm
+        for i, low in enumerate((bound / math.sqrt(2 * 255), 1 / 8, 3 / 4)):  # each pass restores norms >= low
+            last = i == 2
+            sq = self.mul(x, x, q=(min(big, bound) ** 2 / 255, -128), name=f"{name}/p{i}/sq")
+            ss = self.sum(sq, [-1], keep_dims=True, q=(bound ** 2 / 255, -128), name=f"{name}/p{i}/ss")
+            r = self.rsqrt(ss, q=(1 / low / 255, -128), name=f"{name}/p{i}/rsqrt")
+            x = self.mul(x, r, q=(1 / 128, 0) if last else (UNIT_BOUND / 127, 0), name=name if last else f"{name}/p{i}")
+            big = bound = UNIT_BOUND
+        return x
 
     def softmax(self, x, beta=1.0, q=None, name="softmax"):
         """Softmax over the last axis; int8 output must be scale 1/256, zero point -128."""
