@@ -174,11 +174,13 @@ def bench(cfg, run_dir: Path, folder: Path) -> dict:
 
 
 def npu(cfg, run_dir: Path, folder: Path) -> dict:
-    """Each kind's int8.tflite compiled by Vela for the Ethos-U NPUs: operators on the NPU and the CPU, estimates."""
+    """Each kind's NPU file (int8_npu.tflite, DS-CNN's int8.tflite: export.tflite.npu_file) compiled by Vela for the
+    Ethos-U NPUs: operators on the NPU and the CPU, estimates."""
     from .bench import npu as vela
+    from .export.tflite import npu_file
     if vela.vela_version() is None:
         return dict(skipped="Vela (ethos-u-vela) is not installed")
-    files = {k: run_dir / f"export-{k}" / "tflite" / "int8.tflite" for k in cfg.kinds}
+    files = {k: npu_file(run_dir / f"export-{k}" / "tflite") for k in cfg.kinds}
     rows = vela.compile_models({k: f for k, f in files.items() if f.is_file()})
     write_json(folder / "npu.json", dict(rows=rows))
     return dict(rows=len(rows))

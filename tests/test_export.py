@@ -146,7 +146,8 @@ def test_latency_benchmark_runs_both_kinds(runs):
 def test_linear_model_exports_with_its_integer_core(tmp_path):
     """A linear-form model: float ONNX and float TFLite trace the same function; QAT quantizes the linear core's own
     points and its builtin twin's; int8_custom.tflite (the linear op) is close to QAT in tflite-runtime, and
-    int8.tflite (the builtin twin, builtin ops only) runs in every interpreter, picking int8_custom's class."""
+    int8.tflite (the builtin twin, builtin ops only) runs in every interpreter, picking int8_custom's class, and so
+    does int8_npu.tflite (the twin for the Ethos-U NPUs), close to int8.tflite."""
     from edgeosc import runtime
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.config import FeatureConfig, ModelConfig, QuantConfig
@@ -185,7 +186,8 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
             # float32 sums in another order can flip a rounding at a point (here 1 logit of 96, by 2 LSB)
             dev = np.abs(OnnxRunner(qonnx / name, optimize=False)(x.numpy()) - ref)
             assert (dev <= 1e-5).mean() >= 0.95 and dev.max() <= 2 * lsb * 1.001, name
-    assert sorted(p.name for p in out.glob("*.tflite")) == ["float.tflite", "int8.tflite", "int8_custom.tflite"]
+    assert sorted(p.name for p in out.glob("*.tflite")) == ["float.tflite", "int8.tflite", "int8_custom.tflite",
+                                                            "int8_npu.tflite"]
     from edgeosc.runtime.tflite_file import check_tflite
     info = check_tflite(out / "int8.tflite")
     assert not info["custom_ops"] and "BATCH_MATMUL" in info["opcodes"], info["opcodes"]
@@ -199,6 +201,16 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
     for name in ("ai-edge-litert", "tflite-runtime", "tflite-micro"):  # no op to register
         twin = runtime.load(out / "int8.tflite", name).run(x.numpy())
         assert (twin.argmax(-1) == got.argmax(-1)).mean() >= 0.9, name
+        # int8_npu.tflite: the twin with its LayerNorms', r's and z's unit vectors as the NPU passes. Measured mean
+        # 1.1-1.5 LSB, max 3-6, the same class on all 32 clips (random inputs, an untrained net; test_tflite's trained
+        # direct cores, whose r and z stay L2_NORMALIZATION: mean 0.2-0.3)
+        npu = runtime.load(out / "int8_npu.tflite", name).run(x.numpy())
+        d = np.abs(npu - twin) / lsb
+        assert d.mean() <= 2 and d.max() <= 12 and (npu.argmax(-1) == twin.argmax(-1)).mean() >= 0.95, name
+    from edgeosc.export.c import generate
+    from edgeosc.export.c.graph import UnsupportedGraph
+    with pytest.raises(UnsupportedGraph, match="int8_npu.tflite.*Generate from int8.tflite"):  # C has no SUM, RSQRT
+        generate(out / "int8_npu.tflite", tmp_path / "fw", features=None)
     for bad in (dict(d_osc=3), dict(p=9)):  # the integer linear core's range, refused by name before any export
         with pytest.raises(ValueError, match="needs d_osc 2 and p in 1..8"):
             quantize_model(build_model(ModelConfig(n_classes=3, positive="taylor2", form="linear", **{"d_osc": 2, **bad})),

@@ -50,7 +50,8 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
     for section in ("## Accuracy", "## Model files", "## Parity", "## Latency", "linear / softmax",
                     "### Builtin kernels alone", "portable loops only", "DS-CNN ms", "Each model / DS-CNN",
                     "The estimator's known error bar", "## Always-on", "Streaming oscillator / streaming softmax",
-                    "## Ethos-U NPUs (Vela, estimated)", "| DS-CNN | ethos-u55-128 | "):
+                    "## Ethos-U NPUs (Vela, estimated)", "| DS-CNN | int8.tflite | ethos-u55-128 | ",
+                    "| softmax | int8_npu.tflite | ethos-u55-128 | "):  # the npu stage's files: bench.npu.format_table
         assert section in text
     # DS-CNN, the baseline: MLPerf's 49 x 10 MFCC, its builtin int8 file in every interpreter, its firmware
     ds = json.loads((whole / "parity-ds-cnn" / "parity.json").read_text())

@@ -46,16 +46,23 @@ def test_the_twin_holds_qk_and_zr_and_passes_the_direct_forms_other_points(qat):
         attn.quant("nonsense", x)
 
 
-def test_the_twin_is_int8_builtins_with_two_softmaxes_a_layer(qat, tmp_path):
+@pytest.mark.parametrize("name", ["int8.tflite", "int8_npu.tflite"])
+def test_the_twin_is_int8_builtins_with_two_softmaxes_a_layer(qat, tmp_path, name):
+    """int8.tflite's unit vectors are L2_NORMALIZATION; int8_npu.tflite's, but for gn's, the NPU passes."""
     out = export(Checkpoint.of(qat, FeatureConfig(), CLASSES), ExportConfig(), tmp_path, "tflite")
-    info = check_tflite(out / "int8.tflite")
+    info = check_tflite(out / name)
+    npu = {"MUL", "SUM", "RSQRT"} if name == "int8_npu.tflite" else set()
     assert not info["custom_ops"] and set(info["builtin_ops"]) == {
         "ADD", "BATCH_MATMUL", "CAST", "CONV_2D", "FULLY_CONNECTED", "GATHER", "L2_NORMALIZATION", "RESHAPE",
-        "SOFTMAX", "SUB", "TRANSPOSE"}
+        "SOFTMAX", "SUB", "TRANSPOSE"} | npu
     ops = info["subgraphs"][0]["operators"]
     blocks = len(qat.net.blocks)
     assert ops.count("SOFTMAX") == 2 * blocks  # the coupling's rows and the readout, no sum or reciprocal table
-    assert ops.count("L2_NORMALIZATION") == (2 * blocks + 1) + 3 * blocks  # LayerNorms; r, z and gn a layer
+    sites = (2 * blocks + 1) + 2 * blocks  # unit vectors: LayerNorms; r and z a layer
+    if npu:  # three RSQRT passes each; gn keeps the exact op (its log table magnifies a step)
+        assert ops.count("RSQRT") == 3 * sites and ops.count("L2_NORMALIZATION") == blocks
+    else:
+        assert ops.count("L2_NORMALIZATION") == sites + blocks and "RSQRT" not in ops  # LayerNorms; r, z, gn a layer
     assert ops.count("GATHER") == 4 * blocks  # tables: the gate map, log w, log of the shifted cosine, log gn
 
 
@@ -109,8 +116,9 @@ def _point(scale: float):
     return SimpleNamespace(act_quant=SimpleNamespace(scale=lambda: torch.tensor(scale), is_signed=True))
 
 
+@pytest.mark.parametrize("npu", [False, True])
 @pytest.mark.parametrize("gated", [False, True])
-def test_the_twin_core_computes_the_integer_linear_core(gated, tmp_path):
+def test_the_twin_core_computes_the_integer_linear_core(gated, npu, tmp_path):
     """The twin's core alone against the integer linear core (the EdgeOscAttention op's and the firmware's) on the
     same int8 inputs, its queries' sizes spread over 10x: rows of small weights are where an int8 w lost them."""
     from edgeosc import runtime
@@ -131,6 +139,7 @@ def test_the_twin_core_computes_the_integer_linear_core(gated, tmp_path):
         qk=_point(np.abs(qk).max() / 127), zr=_point(1 / 127), out=_point(scales["out"]))))
     graph = Graph.__new__(Graph)
     graph.b = b = TFLiteBuilder()
+    graph.npu_units = npu  # z by L2_NORMALIZATION (int8.tflite) or by the NPU passes (int8_npu.tflite)
     ins = [b.input(n, x.shape, np.int8, s, 0) for n, x, s in (("q", q, scales["q"]), ("k", k, scales["k"]),
                                                                ("v", v, scales["v"]), ("r", r, 1 / 128))]
     if gated:

@@ -174,13 +174,14 @@ def compare(oscillator: str | Path, softmax: str | Path, runs: int = 200, thread
             echo=print, others: dict[str, str | Path] | None = None) -> list[dict]:
     """Each oscillator file against the softmax file of the same kind, on every runtime that takes both; each of
     `others` ({kind: export folder}, e.g. "ds-cnn", "kuramoto") with a file of the same kind runs in the same
-    interleaved loop (row keys: the kind, and "ratio_<kind>" = oscillator / it)."""
+    interleaved loop (row keys: the kind, and "ratio_<kind>" = oscillator / it). int8_npu.tflite, the NPUs' file
+    (int8.tflite's function with its unit vectors in operators Vela places on an Ethos-U), is Vela's to price: skipped."""
     soft = {f.name: f for f in export_files(softmax)}
     extra = {k: {f.name: f for f in export_files(p)} for k, p in (others or {}).items()}
     rows = []
     for f in export_files(oscillator):
         base = soft.get(baseline_name(f.name))
-        if base is None:
+        if base is None or f.name == "int8_npu.tflite":
             continue
         candidates = {k: files[baseline_name(f.name)] for k, files in extra.items() if baseline_name(f.name) in files}
         for rt in runtimes_for(f):

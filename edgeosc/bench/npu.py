@@ -79,15 +79,15 @@ def compile_models(models: dict[str, str | Path], accelerators=tuple(ACCELERATOR
 
 
 def format_table(rows: list[dict]) -> str:
-    """One line per model and accelerator, then what falls back to the CPU."""
-    head = ("| model | accelerator | NPU / all operators | NPU cycles | all cycles | inference (ms) | SRAM (KiB) "
+    """One line per model and accelerator (with the file compiled), then what falls back to the CPU."""
+    head = ("| model | file | accelerator | NPU / all operators | NPU cycles | all cycles | inference (ms) | SRAM (KiB) "
             "| flash (KiB) |")
     lines = [f"Ethos-U estimates by Vela {rows[0]['vela'] if rows else ''} (its performance model, no board)", "",
-             head, "|---|---|---|---|---|---|---|---|"]
+             head, "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['accelerator']} | {r['npu_operators']} / {r['operators']} | "
-                     f"{r['cycles_npu']:,} | {r['cycles_total']:,} | {r['inference_ms']:.3f} | {r['sram_kib']:.1f} | "
-                     f"{r['flash_kib']:.1f} |")
+        lines.append(f"| {r['name']} | {Path(r['model']).name} | {r['accelerator']} | {r['npu_operators']} / "
+                     f"{r['operators']} | {r['cycles_npu']:,} | {r['cycles_total']:,} | {r['inference_ms']:.3f} | "
+                     f"{r['sram_kib']:.1f} | {r['flash_kib']:.1f} |")
     for r in rows:
         if r["on_cpu"]:
             ops = {}

@@ -97,17 +97,19 @@ def bench_pair(oscillator, softmax, runs, threads, as_json):
 def bench_npu(models, accelerators, json_path):
     """Ethos-U NPUs: int8 .tflite files compiled by Arm's Vela.
 
-    MODELS are .tflite files or pipeline run folders (their export-KIND/tflite/int8.tflite). Per file and
+    MODELS are .tflite files or pipeline run folders (each export-KIND/tflite/int8_npu.tflite, the int8 file with
+    its unit vectors as operators the NPUs run, or int8.tflite where there is none, as DS-CNN's). Per file and
     accelerator: operators on the NPU, those left to the CPU (named), Vela's estimated cycles, inference time, SRAM
     and flash, with the system configurations of Vela's Arm/vela.ini (edgeosc/bench/npu.py).
     """
     from ..bench import npu
+    from ..export.tflite import npu_file
     files = {}
     for m in map(Path, models):
         if m.is_dir():
-            found = sorted(m.glob("export-*/tflite/int8.tflite"))
+            found = [f for f in map(npu_file, sorted(m.glob("export-*/tflite"))) if f.is_file()]
             if not found:
-                raise click.ClickException(f"{m}: no export-KIND/tflite/int8.tflite in this folder")
+                raise click.ClickException(f"{m}: no export-KIND/tflite/int8_npu.tflite or int8.tflite in this folder")
             files.update({f"{f.parents[1].name.removeprefix('export-')} ({m.name})": f for f in found})
         else:
             files[str(m)] = m

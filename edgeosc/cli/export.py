@@ -28,9 +28,10 @@ def export_cmd(source, settings, target, out, name, no_fuse):
     ONNX: float.onnx, int8_qcdq.onnx (QAT/PTQ checkpoints) and, for oscillator networks, *_op.onnx with
     the core as one ai.edgeosc::OscillatorAttention node (export/oscillator_attention.md).
 
-    TFLite: float.tflite, int8.tflite (QAT/PTQ checkpoints; full-integer, builtin ops, the QAT scales) and,
-    for oscillator networks, int8_custom.tflite with the core as one EdgeOscAttention custom op
-    (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter. A
+    TFLite: float.tflite, int8.tflite (QAT/PTQ checkpoints; full-integer, builtin ops, the QAT scales),
+    for transformers int8_npu.tflite (int8.tflite with its unit vectors as operators the Ethos-U NPUs run; for
+    `edgeosc bench npu`) and, for oscillator networks, int8_custom.tflite with the core as one EdgeOscAttention
+    custom op (export/edgeosc_attention_tflite.md). Run them with edgeosc.runtime in any installed interpreter. A
     streaming network (trained with --window, then --qat): stream_int8.tflite, one frame a call with its state as
     extra inputs and outputs (`edgeosc listen` runs it), and window_int8.tflite over a recording.
 

@@ -33,7 +33,10 @@ class BuiltinOps:
     def single(self, op: Op):
         handler = getattr(self, f"op_{op.kind.lower()}", None)
         if handler is None:
-            raise UnsupportedGraph(f"op {op.index} {op.kind} ({self.label(op)}) has no firmware kernel")
+            hint = "" if op.kind not in ("SUM", "RSQRT") else (  # int8_npu.tflite's unit vectors (builder.unit_vector)
+                ": an int8_npu.tflite (its unit vectors for the Ethos-U NPUs)? Generate from int8.tflite beside it "
+                "(or int8_custom.tflite, or the QAT checkpoint)")
+            raise UnsupportedGraph(f"op {op.index} {op.kind} ({self.label(op)}) has no firmware kernel{hint}")
         for i in op.outputs:
             if self.t(i).dtype != np.int8:
                 raise UnsupportedGraph(f"op {op.index} {op.kind}: only int8 outputs are supported, "

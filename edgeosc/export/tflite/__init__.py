@@ -15,7 +15,22 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                          softmax baseline  SOFTMAX
                        A linear-form oscillator's int8.tflite is its linear core's builtin twin (twin.py): the
                        same function over T x T, rows normalised by SOFTMAX of logarithms, through the twin's own
-                       points (qk, zr), calibrated with QAT (quant.py).
+                       points (qk, zr), calibrated with QAT (quant.py). The file the CPU runtimes, the Pi bundle
+                       and parity use.
+  int8_npu.tflite      int8.tflite for the Ethos-U NPUs (Vela; `edgeosc bench npu`, the pipeline's npu stage), written
+                       beside every transformer's int8.tflite: its LayerNorms' unit vectors, and the linear core twin's
+                       r and z, are three int8 passes v * RSQRT(SUM(v * v)) (MUL, SUM, RSQRT, MUL:
+                       builder.unit_vector), which the Ethos-U55 and U85 run and Vela leaves L2_NORMALIZATION to their
+                       CPU for. The other unit vectors stay L2_NORMALIZATION: the twin's key gate gn (as passes it lost
+                       0.15-0.60 points, 98.96-99.40% of clips the same class: log gn magnifies a step of a small gate)
+                       and the direct core's (not measured: no trained direct-form checkpoint). The passes are about 1.2
+                       output steps off the exact unit vector (L2_NORMALIZATION: 0.5), and QAT simulates the exact one.
+                       Accuracy, int8_npu.tflite / int8.tflite, on the demo's QAT checkpoints (test split, 672 clips):
+                       softmax 97.32 / 97.32% in tflite-runtime, 97.47 / 97.17% in ai-edge-litert, 97.47 / 97.32% in
+                       TFLite Micro; the oscillator (twin) 97.02 / 97.02%, 96.73 / 97.02%, 96.58 / 97.02%; the same
+                       class as int8.tflite for 99.40-99.85% of clips. DS-CNN has no unit vectors and no such file: its
+                       int8.tflite is its NPU file (npu_file). The C kernels have no SUM or RSQRT: the firmware is
+                       generated from int8.tflite (or int8_custom.tflite), never from this file.
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
                        (export/edgeosc_attention_tflite.md); oscillator networks only. A linear-form model's op
                        (option form "linear") is its integer linear core, sums over keys in int32/int64 as the
@@ -24,7 +39,7 @@ A streaming network (ModelConfig.window > 0) gets stream_int8.tflite (one frame,
 outputs) and window_int8.tflite (a recording, every frame's logits) instead: stream.py.
 Every int8 tensor is one of the QAT model's quantization points (quant.py), so the files compute what
 QAT simulated, up to rounding: TFLite requantizes with a fixed-point multiplier (round half away from
-zero), Brevitas in float (round half to even).
+zero), Brevitas in float (round half to even); int8_npu.tflite's pass vectors are the exception.
 """
 from __future__ import annotations
 
@@ -47,7 +62,8 @@ from ...runtime.custom_op import OP_NAME
 from ...runtime.tflite_file import check_tflite
 from .builder import TFLiteBuilder
 
-FILES = ("float.tflite", "int8.tflite", "int8_custom.tflite")
+NPU_FILE = "int8_npu.tflite"  # int8.tflite with its unit vectors as the NPU passes (module docstring)
+FILES = ("float.tflite", "int8.tflite", NPU_FILE, "int8_custom.tflite")
 INPUT, OUTPUT = "features", "logits"
 CUSTOM_OP = OP_NAME  # the custom op the kernel in runtime/custom_op.py registers
 
@@ -55,9 +71,10 @@ CUSTOM_OP = OP_NAME  # the custom op the kernel in runtime/custom_op.py register
 class Graph:
     """Emits one KWS transformer into a TFLiteBuilder, in float or int8; one method per layer kind."""
 
-    def __init__(self, net: KWSTransformer, qat=None, custom_core: bool = False):
+    def __init__(self, net: KWSTransformer, qat=None, custom_core: bool = False, npu: bool = False):
         self.net, self.qat, self.custom_core = net, qat, custom_core
         self.int8 = qat is not None
+        self.npu_units = self.int8 and npu  # int8_npu.tflite's unit vectors (unit)
         self.b = TFLiteBuilder()
 
     # ---- quantization of a point -------------------------------------------------------------------
@@ -96,6 +113,12 @@ class Graph:
             w = self.b.const(f"{label}/ones", np.full((1, n), scale, np.float32))
         return self.b.fully_connected(x, w, keep_num_dims=True, q=q, name=label)
 
+    def unit(self, x: int, name: str) -> int:
+        """x / ||x|| over the last axis at (1/128, 0): L2_NORMALIZATION, or in int8_npu.tflite (npu=True) the
+        builder's int8 passes (unit_vector), which the Ethos-U NPUs run and Vela leaves L2_NORMALIZATION on their CPU
+        for."""
+        return self.b.unit_vector(x, name) if self.npu_units else self.b.l2_normalization(x, name=name)
+
     # ---- layers --------------------------------------------------------------------------------------
     def linear(self, x: int, layer: nn.Module, q=None, act=None, label="fc", rows=slice(None), fold=1.0) -> int:
         """A (Quant)Linear on the last axis, or some of its output rows; `fold` scales rows (a score scale)."""
@@ -118,7 +141,7 @@ class Graph:
         b, d = self.b, self.b.shape(x)[-1]
         q = (lambda n: self.q(norm.quant, n)) if self.int8 else (lambda n: None)
         mean = self.unit_sum(x, q("mean"), f"{label}/mean", 1 / d)
-        return b.l2_normalization(b.sub(x, mean, q=q("center"), name=f"{label}/center"), name=f"{label}/norm")
+        return self.unit(b.sub(x, mean, q=q("center"), name=f"{label}/center"), f"{label}/norm")
 
     def heads(self, x: int, heads: int, label: str) -> int:  # [1,T,H*d] -> [H,T,d]
         t = self.b.shape(x)[1]
@@ -141,7 +164,6 @@ class Graph:
                 raise ValueError("TFLite export needs projected anchors (anchors='projected')")
             raw = self.heads(self.linear(x, attn.anchor, q("r_raw"), label=f"{label}/r_raw"), attn.heads,
                              f"{label}/r_raw")
-            r = b.l2_normalization(raw, name=f"{label}/r")
             if self.custom_core:
                 core = self.custom_oscillator_core
             elif self.int8 and attn.form == "linear":  # its integer core sums over keys: the builtin twin instead
@@ -149,6 +171,9 @@ class Graph:
                 core = lambda *args: twin.core(self, *args)  # noqa: E731
             else:
                 core = self.oscillator_core
+            # the twin's anchors may take the NPU passes (measured harmless); the direct and custom cores' stay exact
+            twin_core = self.int8 and not self.custom_core and attn.form == "linear"
+            r = self.unit(raw, f"{label}/r") if twin_core else b.l2_normalization(raw, name=f"{label}/r")
             out = core(qh, kh, vh, r, attn, label, self.key_gate(x, attn, label))
         t = b.shape(out)[1]
         merged = b.reshape(b.transpose(out, [1, 0, 2], name=f"{label}/merge"), [1, t, d], name=f"{label}/merged")
@@ -364,6 +389,13 @@ def int8_file(folder: str | Path) -> Path:
     return builtin if builtin.is_file() or not (folder / "int8_custom.tflite").is_file() else folder / "int8_custom.tflite"
 
 
+def npu_file(folder: str | Path) -> Path:
+    """The file of a TFLite export folder that Vela compiles for the Ethos-U NPUs: int8_npu.tflite where the export
+    has one (transformers), else int8.tflite (DS-CNN's, all of whose operators the NPUs run); either may be absent."""
+    folder = Path(folder)
+    return folder / NPU_FILE if (folder / NPU_FILE).is_file() else folder / "int8.tflite"
+
+
 def firmware_int8(qat: nn.Module) -> tuple[str, bytes]:
     """The int8 file a QAT model's C firmware is generated from, (name, flatbuffer): int8.tflite, a linear-form
     model's int8_custom.tflite (its exact integer core; its int8.tflite is the builtin twin), or a streaming
@@ -425,10 +457,9 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
         if qat is None:
             return out_dir
         qat.eval()
-        if not linear_form(qat):
+        if not linear_form(qat) or qat.twin_calibrated:  # a linear core's builtin graph: its twin (twin.py)
             _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
-        elif qat.twin_calibrated:  # a linear core's builtin graph: its twin (twin.py, quant.py TWIN_POINTS)
-            _save(Graph(qat.net, qat).build(), out_dir / "int8.tflite")
+            _save(Graph(qat.net, qat, npu=True).build(), out_dir / NPU_FILE)  # the same, unit vectors for the NPUs
         else:
             warnings.warn(f"{out_dir}: no int8.tflite: the checkpoint predates the linear core's builtin twin (its "
                           "points are calibrated with QAT: rerun edgeosc train --qat); int8_custom.tflite holds it")

@@ -13,7 +13,7 @@ weights and rounded its small ones to zero). Per head:
     lw  = log taylor2(qk / sqrt(d_h))    a 256-entry table (CAST, ADD 128, GATHER)
     wr  = SOFTMAX(lw)                    1/256: the rows of w over their sums
     h   = BATCH_MATMUL(wr, r)            1/128: a weighted mean of unit vectors lies in the unit ball
-    z   = L2_NORMALIZATION(h)            1/128, the QAT point z
+    z   = unit vectors of h              1/128, the QAT point z (L2_NORMALIZATION; int8_npu.tflite: Graph.unit's passes)
     zr  = BATCH_MATMUL(z, r^T)           the QAT point zr
     lc  = p log|1 + zr|                  a table, floored at FLOOR
     lg  = log gn                         a table of the unit gates [H, 1, T], floored at FLOOR (key gate only)
@@ -70,7 +70,7 @@ def core(graph, qh: int, kh: int, vh: int, r: int, attn, label: str, gn: int | N
     qk = b.batch_matmul(qh, kh, adj_y=True, q=graph.q(hook, "qk"), name=f"{label}/qk")
     rows = b.softmax(lookup(qk, log_coupling(attn.d_h, attn.positive), "log_w"), name=f"{label}/w_rows")
     h = b.batch_matmul(rows, r, q=(1 / 128, 0), name=f"{label}/h")
-    z = b.l2_normalization(h, name=f"{label}/z")
+    z = graph.unit(h, f"{label}/z")
     zr = b.batch_matmul(z, r, adj_y=True, q=graph.q(hook, "zr"), name=f"{label}/zr")
     logits = lookup(zr, log_power(attn.p), "log_c")
     if gn is not None:
