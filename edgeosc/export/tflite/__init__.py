@@ -24,12 +24,9 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                        CPU for. The other unit vectors stay L2_NORMALIZATION: the twin's key gate gn (as passes it lost
                        0.15-0.60 points, 98.96-99.40% of clips the same class: log gn magnifies a step of a small gate)
                        and the direct core's (not measured: no trained direct-form checkpoint). The passes are about 1.2
-                       output steps off the exact unit vector (L2_NORMALIZATION: 0.5), and QAT simulates the exact one.
-                       Accuracy, int8_npu.tflite / int8.tflite, on the demo's QAT checkpoints (test split, 672 clips):
-                       softmax 97.32 / 97.32% in tflite-runtime, 97.47 / 97.17% in ai-edge-litert, 97.47 / 97.32% in
-                       TFLite Micro; the oscillator (twin) 97.02 / 97.02%, 96.73 / 97.02%, 96.58 / 97.02%; the same
-                       class as int8.tflite for 99.40-99.85% of clips. DS-CNN has no unit vectors and no such file: its
-                       int8.tflite is its NPU file (npu_file). The C kernels have no SUM or RSQRT: the firmware is
+                       output steps off the exact unit vector (L2_NORMALIZATION: 0.5) and QAT simulates the exact one;
+                       accuracy against int8.tflite: docs/toolchain.md. DS-CNN has no unit vectors and no such file:
+                       its int8.tflite is its NPU file (npu_file). The C kernels have no SUM or RSQRT: the firmware is
                        generated from int8.tflite (or int8_custom.tflite), never from this file.
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
                        (export/edgeosc_attention_tflite.md); oscillator networks only. A linear-form model's op
