@@ -3,6 +3,8 @@ every figure labelled measured (on this machine or a board) or estimated (emulat
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -48,7 +50,7 @@ def _estimates(r: dict) -> list[dict]:
     """One row per (core, device, model kind): cycles, latency, energy of the whole model and of attention."""
     rows = []
     for k in r["kinds"]:
-        est = r["models"][k]["estimate"]
+        est = r["models"][k].get("estimate")
         for core, t in ((est or {}).get("targets") or {}).items():
             for dev, d in t["model"]["devices"].items():
                 att = (t.get("attention") or {}).get("devices", {}).get(dev, {})
@@ -407,3 +409,154 @@ def write_report(run_dir: str | Path, folder: str | Path | None = None, board_re
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text)
     return path
+
+
+# The README's summary table (`edgeosc report readme`): the block between these markers is generated.
+README_MARKERS = ("<!-- demo-table:begin -->", "<!-- demo-table:end -->")
+README_PLOT = Path("docs/images/demo-estimates.png")  # beside the README: a copy of RUN/report/estimates.png
+HEADERS = dict(LABELS, **{"ds-cnn": "DS-CNN (MLPerf Tiny's KWS model)"})
+
+
+def _core(name: str) -> str:
+    return "Cortex-" + name.split("-", 1)[1].upper() if name.startswith("cortex-") else name
+
+
+def _latency_row(r: dict, runtime: str, file: str) -> dict | None:
+    """The bench row of `runtime` where the oscillator (the row's `file`) ran `file`: the kinds alternated in it."""
+    return next((x for x in (r.get("bench") or {}).get("latency") or ()
+                 if x.get("runtime") == runtime and x.get("file") == file), None)
+
+
+def readme_table(r: dict) -> str:
+    """The README's summary table (Markdown) from a report dict (`collect`, report.json): a column per model kind, a
+    row per figure the report holds (a row without data is left out), each labelled measured or estimated."""
+    kinds, rows = r["kinds"], []
+
+    def get(k: str, *keys):
+        v = r["models"].get(k)
+        for key in keys:
+            v = (v or {}).get(key)
+        return v
+
+    def row(label: str, cell):  # cell(kind): the kind's figure, or None
+        cells = [cell(k) for k in kinds]
+        if any(cells):
+            rows.append(f"| {label} | " + " | ".join(c or "" for c in cells) + " |")
+
+    def num(v, fmt: str = ",") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    def acc(k, *pairs):  # "a / b %" of two accuracies, or None
+        a, b = (get(k, *p) for p in pairs)
+        return None if a is None and b is None else f"{_pct(a)} / {_pct(b)} %"
+
+    row("test accuracy, float / int8 QAT (measured)", lambda k: acc(k, ("float", "test_accuracy"),
+                                                                    ("qat", "test_accuracy")))
+
+    def int8_file(k):  # the file the firmware runs: int8_custom.tflite where the kind has one
+        custom = get(k, "parity", "int8_custom_accuracy")
+        if custom is not None:
+            return f"{_pct(custom)} % (int8_custom.tflite, its exact core)"
+        rt = get(k, "parity", "int8_tflite_accuracy", "tflite-runtime")
+        return None if rt is None else f"{_pct(rt)} %"
+    row("int8 file, tflite-runtime (measured)", int8_file)
+    row("int8.tflite, builtin ops, ai-edge-litert / TFLite Micro (measured)",
+        lambda k: acc(k, ("parity", "int8_tflite_accuracy", "ai-edge-litert"),
+                      ("parity", "int8_tflite_accuracy", "tflite-micro")))
+
+    def size(k):
+        params, macs = get(k, "float", "parameters"), get(k, "estimate", "macs", "total")
+        return None if params is None and macs is None else \
+            f"{num(params)} / " + ("-" if macs is None else f"{macs / 1e6:.2f} M")
+    row("parameters / MACs per inference", size)
+
+    def file_size(k):
+        files = get(k, "export", "files") or {}
+        custom, int8 = files.get("tflite/int8_custom.tflite"), files.get("tflite/int8.tflite")
+        return " / ".join(([f"{custom:,} B (int8_custom)"] if custom else [])
+                          + ([f"{int8:,} B" + (" (int8)" if custom else "")] if int8 else []))
+    row("int8 file size", file_size)
+
+    def firmware(k):
+        fw = get(k, "firmware")
+        return fw and (f"{fw['const_bytes'] + fw['param_bytes']:,} / {fw['arena_bytes']:,} / "
+                       f"{num(get(k, 'estimate', 'targets', 'cortex-m4', 'stack_bytes'))} B")
+    row("C firmware: flash (weights, tables, parameters) / RAM arena / stack (measured)", firmware)
+    for runtime, file, what in (("tflite-runtime", "int8_custom.tflite", "int8 file"),
+                                ("ai-edge-litert", "int8.tflite", "int8.tflite")):
+        x = _latency_row(r, runtime, file) or _latency_row(r, runtime, "int8.tflite")
+        if x:
+            row(f"latency, {what}, {runtime} (measured here)",
+                lambda k: isinstance(x.get(k), dict) and f"{x[k]['median_ms']:.3f} ms" + (
+                    f" ({x[k]['file'].removesuffix('.tflite')})" if x[k]["file"] != "int8.tflite" else ""))
+    est = _estimates(r)
+    for core in ("cortex-m4", "cortex-m7"):
+        dev = next((x["device"] for x in est if x["core"] == core), None)  # the core's first device
+        by = {x["kind"]: x for x in est if x["core"] == core and x["device"] == dev}
+        if not by:
+            continue
+        cycles = core == "cortex-m4"
+        row(f"{_core(core)}, {dev.upper()} @ {next(iter(by.values()))['clock_mhz']:.0f} MHz, whole model (estimated)",
+            lambda k: k in by and (f"{by[k]['cycles'] / 1e6:.2f} Mcycles, " if cycles else "")
+            + f"{by[k]['latency_ms']:.1f} ms, {by[k]['energy_uj'] / 1e3:.2f} mJ")
+        osc, others = by.get("oscillator"), [k for k in kinds if k != "oscillator" and k in by]
+        if cycles and osc and others:
+            row(", ".join(f"oscillator / {LABELS.get(k, k)}" for k in others) + f", {_core(core)} energy (estimated)",
+                lambda k: k in others and f"**{_ratio(osc['energy_uj'], by[k]['energy_uj'])}**" + (
+                    f" (attention cores {_ratio(osc['attention_uj'], by[k]['attention_uj'])})"
+                    if osc["attention_uj"] and by[k]["attention_uj"] else ""))
+    stream = (r.get("scaling") or {}).get("stream")
+    if stream:
+        w = min(x["window"] for x in stream)
+        by = {x["kind"]: x for x in stream if x["window"] == w}
+        soft = (by.get("softmax") or {}).get("stream_uj_per_s")
+        row(f"always on, one frame a {r['scaling'].get('hop_ms', 20):g} ms hop, {w}-frame window, "
+            f"{stream[0]['device'].upper()} (estimated)",
+            lambda k: k in by and f"{by[k]['per_hop_cycles'] / 1e3:.0f}k cycles a hop, "
+            f"{by[k]['stream_uj_per_s'] / 1e3:.2f} mJ/s"
+            + (f" ({_ratio(by[k]['stream_uj_per_s'], soft)} softmax)" if soft and k != "softmax" else ""))
+    return "\n".join(["| | " + " | ".join(HEADERS.get(k, k) for k in kinds) + " |", "|---|" + "---|" * len(kinds)]
+                     + rows) + "\n"
+
+
+def readme_heading(r: dict) -> str:
+    """One line naming the run, the report's date and the machine that measured (bench.json's system)."""
+    s = (r.get("bench") or {}).get("system")
+    where = (f", measured on {s.get('cpu', '?')} ({s.get('machine', '?')}, {s.get('cores', '?')} cores, "
+             f"{r['bench'].get('config', {}).get('threads', '?')} thread)") if s else ""
+    return f"Run `{r.get('run', '?')}` (report written {r.get('created', '?')}){where}:"
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Before atomic_path renames `tmp` onto `path`: keep `path`'s permissions (mkstemp's are 0600)."""
+    os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+
+
+def write_readme(run_dir: str | Path, path: str | Path) -> list[Path]:
+    """Replace the block between README_MARKERS in `path` with the run's heading and table (atomically); where the
+    run has report/estimates.png, copy it (atomically) to README_PLOT beside `path` and show it under the table.
+    Returns the files written. ValueError, naming `path`, if the markers are missing, repeated or out of order."""
+    run_dir, path = Path(run_dir), Path(path)
+    r = json.loads((run_dir / "report" / "report.json").read_text())
+    text, (begin, end) = path.read_text(), README_MARKERS
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"{path}: needs the markers {begin} and {end} once each, in that order, around the table "
+                         f"(found {text.count(begin)} and {text.count(end)})")
+    block = [readme_heading(r), "", readme_table(r).rstrip()]
+    written = [path]
+    plot = run_dir / "report" / "estimates.png"
+    if plot.is_file():
+        with atomic_path(path.parent / README_PLOT) as tmp:
+            shutil.copyfile(plot, tmp)
+            _publish(tmp, path.parent / README_PLOT)
+        written.append(path.parent / README_PLOT)
+        block += ["", f"![energy vs accuracy; attention cost vs T and d_osc]({README_PLOT.as_posix()})", "",
+                  f"*From `{r.get('run', run_dir)}/report/estimates.png`: energy per inference (estimated) against "
+                  "int8 QAT accuracy (measured) per target, and the attention cores' cycles against T and d_osc "
+                  "(estimated).*"]
+    head, rest = text.split(begin)
+    tail = rest.split(end)[1]
+    with atomic_path(path) as tmp:
+        tmp.write_text(f"{head}{begin}\n" + "\n".join(block) + f"\n{end}{tail}")
+        _publish(tmp, path)
+    return written

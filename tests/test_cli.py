@@ -21,8 +21,8 @@ def assert_one_line_error(res, *needles):
 
 COMMANDS = ([], ["data"], ["data", "synth"], ["data", "info"], ["train"], ["eval"], ["export"], ["bench"],
             ["bench", "models"], ["bench", "pair"], ["bench", "attention"], ["report"], ["report", "write"],
-            ["report", "seeds"], ["deploy"], ["listen"], ["stream-eval"], ["pipeline"], ["sweep"], ["lab"],
-            ["lab", "dynamics"], ["lab", "sharpness"])
+            ["report", "readme"], ["report", "seeds"], ["deploy"], ["listen"], ["stream-eval"], ["pipeline"], ["sweep"],
+            ["lab"], ["lab", "dynamics"], ["lab", "sharpness"])
 
 
 def test_help_explains_every_command():
@@ -43,6 +43,29 @@ def test_renamed_commands_say_their_new_name():
                      ("microbench", "bench attention"), ("dynamics", "lab dynamics")):
         assert_one_line_error(invoke(old), f"edgeosc {new}")
     assert_one_line_error(invoke("bench", "model.tflite"), "models MODEL")
+
+
+def test_the_readme_table_keeps_the_rows_a_report_has(tmp_path):
+    """A report with accuracy only: its one row, a missing figure as -, no other row; --write needs the markers."""
+    import json
+    from edgeosc.report import README_MARKERS, readme_table
+    r = {"run": "runs/x", "created": "2026-01-01 00:00 UTC", "kinds": ["oscillator", "softmax"],
+         "models": {"oscillator": {"float": {"test_accuracy": 0.9}, "qat": {"test_accuracy": 0.95}},
+                    "softmax": {"float": {"test_accuracy": 0.8}, "parity": None, "estimate": None}}}
+    assert readme_table(r) == ("| | oscillator | softmax |\n|---|---|---|\n"
+                               "| test accuracy, float / int8 QAT (measured) | 90.00 / 95.00 % | 80.00 / - % |\n")
+    (tmp_path / "run" / "report").mkdir(parents=True)
+    (tmp_path / "run" / "report" / "report.json").write_text(json.dumps(r))
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n" + "\n".join(README_MARKERS) + "\nb\n")
+    res = invoke("report", "readme", tmp_path / "run", "--write", readme)
+    assert res.exit_code == 0 and not (tmp_path / "docs").exists(), res.output  # no plot in the run: none copied
+    assert readme.read_text() == ("a\n" + README_MARKERS[0] + "\nRun `runs/x` (report written 2026-01-01 00:00 UTC):"
+                                  "\n\n" + readme_table(r) + README_MARKERS[1] + "\nb\n")
+    readme.write_text("a\n")
+    assert_one_line_error(invoke("report", "readme", tmp_path / "run", "--write", readme), str(readme),
+                          README_MARKERS[0])
+    assert_one_line_error(invoke("report", "readme", tmp_path), "no ", "report.json", "edgeosc report write")
 
 
 def print_config(*args):

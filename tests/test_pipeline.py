@@ -109,6 +109,55 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
     assert "[train-oscillator] up to date, skipped" in lines and "[qat-oscillator] running ..." in lines
 
 
+def test_the_readme_table_and_block_come_from_the_runs_report(whole, tmp_path):
+    from edgeosc.report import README_MARKERS, readme_table
+    r = json.loads((whole / "report" / "report.json").read_text())
+    table = readme_table(r).splitlines()
+    assert table[0] == "| | oscillator | softmax | DS-CNN (MLPerf Tiny's KWS model) | Kuramoto |"
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in table[2:]}
+    assert all(len(cells) == 4 for cells in rows.values()), table  # a cell per kind
+    # a row per figure the FAST run has (Cortex-M4 only: no M7 row); Kuramoto, float only, has its accuracy
+    assert list(rows) == [
+        "test accuracy, float / int8 QAT (measured)", "int8 file, tflite-runtime (measured)",
+        "int8.tflite, builtin ops, ai-edge-litert / TFLite Micro (measured)", "parameters / MACs per inference",
+        "int8 file size", "C firmware: flash (weights, tables, parameters) / RAM arena / stack (measured)",
+        "latency, int8 file, tflite-runtime (measured here)", "latency, int8.tflite, ai-edge-litert (measured here)",
+        "Cortex-M4, STM32L4R5 @ 120 MHz, whole model (estimated)",
+        "oscillator / softmax, oscillator / DS-CNN, Cortex-M4 energy (estimated)",
+        f"always on, one frame a 20 ms hop, {r['scaling']['stream'][0]['window']}-frame window, STM32L4R5 (estimated)"]
+    m = r["models"]
+    for i, k in enumerate(r["kinds"]):  # the figures are the report's
+        assert rows["test accuracy, float / int8 QAT (measured)"][i].startswith(
+            f"{100 * m[k]['float']['test_accuracy']:.2f} / ")
+    custom = m["oscillator"]["export"]["files"]["tflite/int8_custom.tflite"]
+    assert rows["int8 file size"][0].startswith(f"{custom:,} B")
+    assert rows["int8 file size"][3].strip(" |") == ""  # Kuramoto: no int8 file
+
+    # --write replaces the marked block and nothing else, and copies the run's plot beside the file
+    begin, end = README_MARKERS
+    before, after = "# title\n\ntext before\n\n", "\n\ntext after\n"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{before}{begin}\nan old table\n{end}{after}")
+    res = CliRunner().invoke(main, ["report", "readme", str(whole), "--write", str(readme)])
+    assert res.exit_code == 0, res.output
+    text = readme.read_text()
+    assert text.startswith(before + begin + "\n") and text.endswith(end + after) and "an old table" not in text
+    block = text[len(before + begin):-len(end + after)]
+    assert block.startswith(f"\nRun `{r['run']}` (report written {r['created']})") and readme_table(r) in block
+    plot = tmp_path / "docs" / "images" / "demo-estimates.png"
+    assert plot.read_bytes() == (whole / "report" / "estimates.png").read_bytes()
+    assert "](docs/images/demo-estimates.png)" in block
+    res = CliRunner().invoke(main, ["report", "readme", str(whole)])  # printed: the run's line, then the table
+    assert res.exit_code == 0 and res.output.startswith("Run `") and res.output.endswith(readme_table(r))
+    # without the markers, or with one twice: a one-line error naming the file, the file untouched
+    for body in ("no markers here\n", f"{begin}\n{end}\n{begin}\n{end}\n"):
+        bare = tmp_path / "bare.md"
+        bare.write_text(body)
+        res = CliRunner().invoke(main, ["report", "readme", str(whole), "--write", str(bare)])
+        assert res.exit_code == 1 and str(bare) in res.output and begin in res.output, res.output
+        assert bare.read_text() == body
+
+
 def test_a_failing_stage_is_named_and_earlier_outputs_kept(tone_data, tmp_path, monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("disk full")

@@ -13,10 +13,10 @@ from .app import Ordered, friendly_errors, main
 
 @main.group(cls=Ordered)
 def report():
-    """Oscillator-vs-softmax report; accuracy over seeds.
+    """Oscillator-vs-softmax report, the README's table; seeds.
 
-    write: (re)write a pipeline run's report, with board measurements; seeds: mean +- std of test accuracy
-    over seeds, per setting, of any run folders.
+    write: (re)write a pipeline run's report, with board measurements; readme: the README's summary table
+    from a run's report; seeds: mean +- std of test accuracy over seeds, per setting, of any run folders.
     """
 
 
@@ -33,6 +33,32 @@ def report_write(run, boards):
     """
     from ..report import write_report
     click.echo(f"report: {write_report(run, None, boards)}")
+
+
+@report.command("readme")
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--write", "target", type=click.Path(exists=True, dir_okay=False),
+              help="Replace the block between <!-- demo-table:begin --> and <!-- demo-table:end --> in this file "
+                   "(atomically; an error if the markers are missing or repeated) and refresh its plot, "
+                   "docs/images/demo-estimates.png beside it, from RUN/report/estimates.png.")
+@friendly_errors
+def report_readme(run, target):
+    """The README's summary table, from a run's report.json.
+
+    One column per model kind, one row per figure RUN/report/report.json holds (accuracy, file sizes, firmware
+    memory, latency per runtime, Cortex-M4 / M7 cycles, latency and energy, always-on cost), each labelled
+    measured or estimated, under a line naming the run, the report's date and the machine. Printed, or with
+    --write written into a README. After `make demo`: `edgeosc report readme runs/demo --write README.md`.
+    """
+    from ..report import readme_heading, readme_table, write_readme
+    if not (Path(run) / "report" / "report.json").is_file():
+        raise click.ClickException(f"no {Path(run) / 'report' / 'report.json'}: run `edgeosc report write {run}` first")
+    if target:
+        for path in write_readme(run, target):
+            click.echo(f"wrote {path}")
+        return
+    r = json.loads((Path(run) / "report" / "report.json").read_text())
+    click.echo(readme_heading(r) + "\n\n" + readme_table(r), nl=False)
 
 
 @report.command("seeds")
