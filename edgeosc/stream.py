@@ -205,18 +205,6 @@ def fires(smoothed: np.ndarray, t: float, last_s: float, threshold: float, refra
     return k if smoothed[k] >= threshold and t - last_s >= refractory_s else None
 
 
-def replay(trace, classes, keywords, threshold: float, refractory_s: float) -> list[Detection]:
-    """The detections a Listener with this threshold would have made, from another one's recorded trace: the
-    posteriors do not depend on the threshold, so one pass of the model gives a whole operating curve."""
-    last, found = -np.inf, []
-    for t, emitted_s, smoothed in trace:
-        k = fires(smoothed, t, last, threshold, refractory_s, keywords)
-        if k is not None:
-            last = t
-            found.append(Detection(classes[k], t, float(smoothed[k]), emitted_s))
-    return found
-
-
 class Listener:
     """Audio in (any chunk size), one decision per hop, detections out; latencies per hop.
 
@@ -254,7 +242,8 @@ class Listener:
         self._posts: deque = deque(maxlen=smooth)
         self._last = -np.inf
         self.samples, self.hops, self.detections = 0, 0, []
-        self.trace: list | None = [] if record else None  # record: every decision's (t, emitted_s, smoothed)
+        self.trace: list | None = [] if record else None  # record: every hop's (samples so far, posterior)
+        self._replays: dict = {}  # smooth -> the decisions replayed from the trace (replay)
         self.features_ms, self.full_ms, self.model_ms = [], [], []
         if model.reset:
             model.reset()
@@ -299,14 +288,14 @@ class Listener:
         self.features_ms.append(1e3 * (t1 - t0))
         post = np.exp(logits - logits.max())
         self._posts.append(post / post.sum())
+        if self.trace is not None:
+            self.trace.append((self.samples, self._posts[-1]))
         self.hops += 1
         return self._decide()
 
     def _decide(self) -> Detection | None:
         smoothed = np.mean(self._posts, axis=0)
         t = (self.samples - (len(self._posts) - 1) / 2 * self.hop) / self.cfg.sample_rate
-        if self.trace is not None:
-            self.trace.append((t, self.samples / self.cfg.sample_rate, smoothed))
         k = fires(smoothed, t, self._last, self.threshold, self.refractory_s, self.keywords)
         if k is None:
             return None
@@ -325,6 +314,49 @@ class Listener:
             if d := self._decide():
                 found.append(d)
         return found
+
+    def replay(self, threshold: float | None = None, smooth: int | None = None) -> list[Detection]:
+        """The detections this listener would have made at another threshold or smoothing, from its recorded trace
+        (record=True) of a flushed stream: the posteriors depend on neither, so one pass of the model gives a whole
+        operating curve per smoothing length. The averages are the live ones' floating-point sums, in order."""
+        threshold = self.threshold if threshold is None else threshold
+        smooth = self.smooth if smooth is None else smooth
+        if self.trace is None or smooth < 1:
+            raise StreamError("replay needs a listener made with record=True, and smooth >= 1")
+        if smooth not in self._replays:
+            self._replays[smooth] = self._smoothed(smooth)
+        t, emitted, score, keyword = self._replays[smooth]
+        last, found = -np.inf, []
+        for i in np.flatnonzero(score >= threshold):
+            if t[i] - last >= self.refractory_s:
+                last = t[i]
+                found.append(Detection(self.model.classes[keyword[i]], float(t[i]), float(score[i]),
+                                       float(emitted[i])))
+        return found
+
+    def _smoothed(self, smooth: int):
+        """Every decision of a stream smoothed over `smooth` hops, flush included: its time, emission time, the
+        likeliest keyword's smoothed posterior and the keyword (as `fires` picks it)."""
+        n, s = len(self.trace), smooth
+        if not n:
+            return (np.zeros(0),) * 3 + (np.zeros(0, int),)
+        samples = np.array([h for h, _ in self.trace])
+        posts = np.array([p for _, p in self.trace])
+        pad = np.zeros((s - 1, posts.shape[1]))
+        padded = np.concatenate([pad, posts, pad])  # window k covers trace rows k - s + 1 .. k (the real ones)
+        sums = padded[:n + s - 1].copy()
+        for j in range(1, s):  # oldest first, as the live mean over the deque adds them
+            sums += padded[j:j + n + s - 1]
+        k = np.arange(n + s - 1)
+        counts = np.minimum(k, n - 1) - np.maximum(0, k - s + 1) + 1
+        live = (k < n) | (k >= max(n, s))  # the stream's windows, then flush's shrinking ones
+        k, counts = k[live], counts[live]
+        smoothed = sums[live] / counts[:, None]
+        hop_samples = samples[np.minimum(k, n - 1)]
+        t = (hop_samples - (counts - 1) / 2 * self.hop) / self.cfg.sample_rate
+        kw = smoothed[:, self.keywords]
+        best = kw.argmax(1)  # the first of equal maxima, as fires' max() takes
+        return t, hop_samples / self.cfg.sample_rate, kw[np.arange(len(kw)), best], np.asarray(self.keywords)[best]
 
     def stats(self) -> dict:
         """Per-hop latencies (features incremental and, if compared, recomputed in full; model)."""

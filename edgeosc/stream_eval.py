@@ -20,7 +20,7 @@ from .config import SILENCE, UNKNOWN
 from .data.audio import write_wav
 from .data.clipset import ClipSet
 from .io import atomic_path, write_json
-from .stream import Detection, FrontEnd, Listener, Model, StreamError, replay
+from .stream import Detection, FrontEnd, Listener, Model, StreamError
 
 GAP_S = (0.2, 0.8)  # the quiet between two clips, uniform
 GAP_RMS = 1e-3  # its white noise (-60 dBFS): digital silence would floor the log-mels
@@ -112,19 +112,23 @@ def _listen(lis: Listener, audio: np.ndarray, progress=None) -> Listener:
 def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: float = 20.0, threshold: float = 0.7,
                     smooth: int = 3, refractory_s: float | None = None, max_clips: int | None = None, seed: int = 0,
                     tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None,
-                    thresholds=(), negatives: np.ndarray | None = None, context: np.ndarray | None = None) -> dict:
+                    thresholds=(), negatives: np.ndarray | None = None, context: np.ndarray | None = None,
+                    smooths=()) -> dict:
     """Stream the long recording of `split` through `model` (a Listener with these settings) and score it; the
     recording and its events are written to wav_out (and wav_out with .json) when given. progress(done, total)
     is called every second of audio. thresholds: also score each of these from the same pass ("curve": the
     operating curve, recall against false alarms per hour). negatives: keyword-free audio (data/negatives.py)
     streamed by a listener of its own, every detection on it a false alarm: its false alarms per hour at each
     threshold beside the split's recall give the DET curve ("det") and the recall at 1, 5 and 10 false alarms
-    per hour ("recall_at"), the field's figures. context: keyword-free audio between the clips (long_recording)."""
+    per hour ("recall_at"), the field's figures. context: keyword-free audio between the clips (long_recording).
+    smooths: the same curves for each of these smoothing lengths too, from the same pass ("by_smooth")."""
     if tuple(data.classes) != tuple(model.classes):
         raise StreamError(f"{model.name}: its classes {list(model.classes)} are not the data set's "
                           f"{list(data.classes)}")
-    if negatives is not None and not thresholds:
+    if (negatives is not None or smooths) and not thresholds:
         thresholds = DET_THRESHOLDS
+    if any(s < 1 for s in smooths):
+        raise StreamError(f"smoothing lengths must be >= 1, got {list(smooths)}")
     lis = Listener(model, hop_ms, threshold, smooth, refractory_s, record=bool(thresholds))
     audio, events = long_recording(data, split, lis.front, max_clips, seed, context)
     sr = lis.cfg.sample_rate
@@ -133,15 +137,22 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
         write_json(Path(wav_out).with_suffix(".json"), dict(sample_rate=sr, events=[asdict(e) for e in events]))
     _listen(lis, audio, progress)
     duration = len(audio) / sr
-    curve = [dict(threshold=th, **score(replay(lis.trace, model.classes, lis.keywords, th, lis.refractory_s), events,
-                                        duration, tolerance_s)) for th in thresholds]
+
+    def curve(smooth):
+        return [dict(threshold=th, **score(lis.replay(th, smooth), events, duration, tolerance_s)) for th in thresholds]
     res = dict(model=model.name, split=split, in_context=context is not None, hop_ms=hop_ms, threshold=threshold,
                smooth=smooth,
                refractory_s=lis.refractory_s, window=model.window, seed=seed, tolerance_s=tolerance_s,
                **score(lis.detections, events, duration, tolerance_s), per_hop=lis.stats(),
-               **({"curve": curve} if curve else {}))
-    if negatives is not None:
-        res.update(negative_scores(model, negatives, curve, hop_ms, threshold, smooth, refractory_s, progress))
+               **({"curve": curve(smooth)} if thresholds else {}))
+    neg = None if negatives is None else _listen(Listener(model, hop_ms, threshold, smooth, refractory_s, record=True),
+                                                  negatives, progress)
+    if neg is not None:
+        hours = len(negatives) / sr / 3600
+        res.update(negative_scores(neg, hours, res["curve"]))
+    if smooths:
+        res["by_smooth"] = {str(s): dict(curve=c, **({} if neg is None else negative_scores(neg, hours, c, s)))
+                            for s in smooths for c in [curve(s)]}
     return res
 
 
@@ -150,15 +161,13 @@ DET_THRESHOLDS = tuple(float(t) for t in np.round(np.r_[np.arange(0.30, 0.951, 0
 TARGETS_PER_HOUR = (1, 5, 10)  # the false-alarm rates recall is reported at
 
 
-def negative_scores(model: Model, negatives: np.ndarray, curve: list[dict], hop_ms: float, threshold: float,
-                    smooth: int, refractory_s: float | None, progress=None) -> dict:
-    """False alarms on keyword-free audio at `threshold` and at each threshold of `curve` (the positives' operating
-    curve from the same listener settings): the DET curve and the best recall at <= 1, 5, 10 per hour."""
-    lis = _listen(Listener(model, hop_ms, threshold, smooth, refractory_s, record=True), negatives, progress)
-    hours = len(negatives) / lis.cfg.sample_rate / 3600
+def negative_scores(lis: Listener, hours: float, curve: list[dict], smooth: int | None = None) -> dict:
+    """False alarms on the `hours` of keyword-free audio `lis` heard (record=True), at its threshold and at each threshold of
+    `curve` (the positives' operating curve at the same smoothing, `smooth` or the listener's): the DET curve and
+    the best recall at <= 1, 5, 10 per hour."""
     det = []
     for c in curve:
-        fa = len(replay(lis.trace, model.classes, lis.keywords, c["threshold"], lis.refractory_s))
+        fa = len(lis.replay(c["threshold"], smooth))
         det.append(dict(threshold=c["threshold"], recall=c["recall"], false_alarms=fa, false_alarms_per_hour=fa / hours,
                         latency_ms=c["latency_ms"]))
     recall_at = {}
@@ -167,24 +176,27 @@ def negative_scores(model: Model, negatives: np.ndarray, curve: list[dict], hop_
         best = max(ok, key=lambda d: (d["recall"], -d["threshold"])) if ok else None
         recall_at[str(target)] = best and dict(recall=best["recall"], threshold=best["threshold"],
                                                false_alarms_per_hour=best["false_alarms_per_hour"])
-    return dict(negatives=dict(hours=hours, false_alarms=len(lis.detections),
-                               false_alarms_per_hour=len(lis.detections) / hours),
+    at_threshold = len(lis.replay(smooth=smooth))
+    return dict(negatives=dict(hours=hours, false_alarms=at_threshold, false_alarms_per_hour=at_threshold / hours),
                 det=det, recall_at=recall_at)
 
 
 def plot_det(res: dict, path: str | Path) -> Path:
     """The DET curve: keywords missed against false alarms per hour of keyword-free audio (log axis; 0 drawn at the
-    axis' left end)."""
+    axis' left end), one line per smoothing length."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     hours = res["negatives"]["hours"]
     floor = 0.5 / hours  # half a false alarm in the whole recording: where "none" is drawn
-    points = [d for d in res["det"] if d["recall"] is not None]  # a recording without keywords has no recall
-    x = [max(d["false_alarms_per_hour"], floor) for d in points]
-    y = [100 * (1 - d["recall"]) for d in points]
+    curves = {str(res["smooth"]): res["det"], **{s: r["det"] for s, r in res.get("by_smooth", {}).items()}}
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    ax.plot(x, y, marker="o", ms=3)
+    for smooth, det in sorted(curves.items(), key=lambda c: int(c[0])):
+        points = [d for d in det if d["recall"] is not None]  # a recording without keywords has no recall
+        ax.plot([max(d["false_alarms_per_hour"], floor) for d in points], [100 * (1 - d["recall"]) for d in points],
+                marker="o", ms=3, label=f"smoothed over {smooth} hop{'s' if smooth != '1' else ''}")
+    if len(curves) > 1:
+        ax.legend(fontsize=8)
     for target in TARGETS_PER_HOUR:
         ax.axvline(target, color="grey", lw=0.5, ls=":")
     ax.set(xscale="log", xlabel=f"false alarms per hour ({hours:.2g} h without keywords)", ylabel="keywords missed (%)",
@@ -217,6 +229,10 @@ def format_result(r: dict) -> str:
             f"{t} false alarm{'s' if t != '1' else ''} per hour: " +
             (f"{100 * v['recall']:.1f}% (threshold {v['threshold']})" if v else "not reached")
             for t, v in r["recall_at"].items()))
+    for smooth, v in r.get("by_smooth", {}).items():
+        if v.get("recall_at"):
+            lines.append(f"  smoothed over {smooth:>3} hops, recall at 1 / 5 / 10 false alarms per hour: " + " / ".join(
+                f"{100 * a['recall']:.1f}%" if a else "-" for a in v["recall_at"].values()))
     if r.get("det"):
         lines.append("  threshold   recall   false alarms per hour (keyword-free audio)")
         for d in r["det"]:

@@ -53,6 +53,11 @@ def test_det_points_equal_runs_at_their_threshold_and_recall_is_read_at_fixed_ra
         assert (best is None) == (not ok) and (best is None or best["recall"] == max(ok))
     assert r["negatives"]["hours"] == pytest.approx(1 / 60) and "recall at 1 false alarm per hour" in format_result(r)
     assert plot_det(r, tmp_path / "det.png").stat().st_size > 1000
+    # other smoothing lengths from the same pass: smooth 1 is the run above; 2 halves one-hop bursts' posteriors
+    by = evaluate_stream(model, data, hop_ms=100, threshold=0.5, smooth=1, seed=2, negatives=negatives,
+                         smooths=(1, 2))
+    assert by["by_smooth"]["1"]["det"] == r["det"] and by["by_smooth"]["2"]["det"] != r["det"]
+    assert "smoothed over   2 hops" in format_result(by) and plot_det(by, tmp_path / "det2.png").exists()
 
 
 def test_the_training_pool_shares_no_sentence_with_the_evaluation_and_says_no_class_word():

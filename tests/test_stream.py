@@ -80,6 +80,33 @@ def test_detections_within_one_hop_of_the_keyword_ends(smooth):
         assert d.score == pytest.approx(2 / 3 if smooth == 3 else 1.0, abs=1e-6)  # 2 of 3 hops at 1
 
 
+def test_a_replay_makes_the_decisions_of_a_live_run_at_any_threshold_and_smoothing():
+    """One recorded pass stands for every (threshold, smoothing) run: the same detections, scores bit for bit (the
+    average's sums in the live order), times and emission times, flush included. Posteriors that vary hop by hop."""
+    double = band_model()
+
+    def wobbly(feats):  # the double's posteriors blurred by a hop-dependent amount
+        post = np.exp(double.run(feats)) + np.abs(np.sin(feats.sum())) * 0.5
+        return np.log(post / post.sum())
+    model = Model("wobbly", double.classes, double.feature_cfg, wobbly)
+    x = burst_signal()
+    recorded = Listener(model, hop_ms=100, threshold=0.5, smooth=3, record=True)
+    recorded.push(x)
+    recorded.flush()
+    assert recorded.replay() == recorded.detections
+    for smooth in (1, 2, 5, 12):
+        for threshold in (0.3, 0.45, 0.6):
+            live = Listener(model, hop_ms=100, threshold=threshold, smooth=smooth, refractory_s=0.25)
+            live.push(x)
+            live.flush()
+            recorded.refractory_s = 0.25
+            assert recorded.replay(threshold, smooth) == live.detections, (smooth, threshold)
+            recorded.refractory_s = 1.0
+    assert recorded.replay(0.3, 1) != recorded.replay(0.3, 12)  # the smoothing is applied, not ignored
+    with pytest.raises(StreamError, match="record=True"):
+        Listener(model, hop_ms=100).replay(0.5, 3)
+
+
 def test_refractory_period_gives_one_detection_per_utterance(write_tmp):
     x = burst_signal()
     one = listen_wav(band_model(), write_tmp(x), 100, threshold=0.5)[0]

@@ -113,6 +113,8 @@ def test_one_pass_scores_every_threshold_as_its_own_run():
             {k: alone[k] for k in ("hits", "false_alarms", "latency_ms")}
     assert [(p["hits"], p["false_alarms"]) for p in swept["curve"]] == [(6, 0), (3, 0)]
     assert "curve" not in evaluate_stream(model, tone_set(), **kw)
+    by = evaluate_stream(model, tone_set(), threshold=0.5, thresholds=(0.5, 0.7), smooths=(1, 3), **kw)["by_smooth"]
+    assert by["1"]["curve"] == swept["curve"] and by["3"]["curve"] != by["1"]["curve"]
     assert "threshold   recall" in format_result(swept)
 
 

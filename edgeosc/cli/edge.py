@@ -68,6 +68,16 @@ def listen(model, wav, mic, hop_ms, threshold, smooth, window):
     listen_command(model, wav, hop_ms, threshold, smooth, mic, echo=click.echo, window=window)
 
 
+def _whole_numbers(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"give whole numbers separated by commas, e.g. 1,3,10; got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise click.BadParameter(f"smoothing lengths are >= 1 hop; got {text!r}")
+    return values
+
+
 @main.command("stream-eval")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @config_options(("data",), DATA_FLAGS, printable=False)
@@ -86,6 +96,9 @@ def listen(model, wav, mic, hop_ms, threshold, smooth, window):
               help="Also write the recording (16-bit WAV) and its keyword events (the same name, .json).")
 @click.option("--sweep", is_flag=True, help="Also the operating curve from the same pass: recall and false alarms "
               "per hour at thresholds 0.3 to 0.99.")
+@click.option("--smooths", callback=lambda ctx, param, value: _whole_numbers(value), default="", help="Also the operating curve (with --negatives-hours: the "
+              "DET curve and recall at 1, 5, 10 false alarms per hour) at each of these smoothing lengths, e.g. "
+              "1,3,10,25, from the same pass.")
 @click.option("--negatives-hours", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also stream this many hours of keyword-free audio (sentences of other words in the synthetic "
               "voices, noise, music-like tones; made once and cached) and report recall at 1, 5 and 10 false alarms "
@@ -99,7 +112,7 @@ def listen(model, wav, mic, hop_ms, threshold, smooth, window):
 @CACHE_DIR
 @friendly_errors
 def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed, window, wav_out,
-                sweep, negatives_hours, in_context, det_plot, as_json, cache_dir):
+                sweep, smooths, negatives_hours, in_context, det_plot, as_json, cache_dir):
     """Always-on accuracy: a split's clips as one long recording.
 
     MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json (its data set is the one of the
@@ -143,7 +156,7 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
             bar.refresh()
         res = evaluate_stream(net, data, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed,
                               wav_out=wav_out, progress=progress, thresholds=SWEEP if sweep else (),
-                              negatives=negatives, context=context)
+                              negatives=negatives, context=context, smooths=smooths)
     click.echo(json.dumps(res) if as_json else format_result(res))
     if det_plot:
         from ..stream_eval import plot_det
