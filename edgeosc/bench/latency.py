@@ -14,6 +14,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..runtime.tflite_file import NPU_FILE
+
 ONNX_RUNTIME = "onnxruntime"
 
 
@@ -181,7 +183,7 @@ def compare(oscillator: str | Path, softmax: str | Path, runs: int = 200, thread
     rows = []
     for f in export_files(oscillator):
         base = soft.get(baseline_name(f.name))
-        if base is None or f.name == "int8_npu.tflite":
+        if base is None or f.name == NPU_FILE:
             continue
         candidates = {k: files[baseline_name(f.name)] for k, files in extra.items() if baseline_name(f.name) in files}
         for rt in runtimes_for(f):

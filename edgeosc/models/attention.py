@@ -220,7 +220,7 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
         raise ValueError(f"the linear form needs a polynomial positive map ({', '.join(POLYNOMIAL)}), not {positive!r}")
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
-    factors = _key_factors(k, r, v, g, p, positive)
+    factors = _key_factors(k, r, v, g, p, positive, eps)
     if key_mask is not None:  # dropped keys add nothing
         keep = key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
         factors = [(a * keep, b) for a, b in factors]
@@ -232,11 +232,11 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
 
 
 def _key_factors(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int,
-                 positive: str = "taylor2") -> list[tuple[Tensor, Tensor]]:
+                 positive: str = "taylor2", eps: float = 1e-6) -> list[tuple[Tensor, Tensor]]:
     """Each key's two factor pairs of oscillator_attention_linear's sums: (phi(k_j), [r_j, 1]) for the coupling and
     (g_j psi(r_j), [v_j, 1]) for the readout."""
     psi = readout_features(r, r, p)[1]
-    return [(coupling_features(k, positive), F.pad(r, (0, 1), value=1.0)),
+    return [(coupling_features(k, positive, eps), F.pad(r, (0, 1), value=1.0)),
             (psi if g is None else psi * g, F.pad(v, (0, 1), value=1.0))]
 
 
@@ -249,10 +249,10 @@ def _running(terms: Tensor, window: int) -> Tensor:
 
 
 def linear_key_terms(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int,
-                     positive: str = "taylor2") -> tuple[Tensor, Tensor]:
+                     positive: str = "taylor2", eps: float = 1e-6) -> tuple[Tensor, Tensor]:
     """The keys' terms of oscillator_attention_linear's two sums, as a stream adds and later subtracts them:
     coupling phi(k_j) [r_j, 1]^T [..., F, d_osc + 1] and readout g_j psi(r_j) [v_j, 1]^T [..., n, d_v + 1]."""
-    (a, b), (c, d) = _key_factors(k, r, v, g, p, positive)
+    (a, b), (c, d) = _key_factors(k, r, v, g, p, positive, eps)
     return a.unsqueeze(-1) * b.unsqueeze(-2), c.unsqueeze(-1) * d.unsqueeze(-2)
 
 
@@ -507,7 +507,8 @@ class OscillatorAttention(_Heads):
         r, g = self.anchors_of(x, k, t), self.gates_of(x)
         q, k, v, r = (self.point(name, a) for name, a in zip("qkvr", (q, k, v, r)))  # the core's int8 inputs
         def terms(keys: list[Tensor]) -> tuple[Tensor, Tensor]:  # the two sums' terms of keys [k, r, v(, g)]
-            return linear_key_terms(*keys[:3], keys[3] if len(keys) == 4 else None, self.p, self.positive)
+            return linear_key_terms(*keys[:3], keys[3] if len(keys) == 4 else None, self.p, self.positive,
+                                    self.eps)
 
         keys = [k, r, v] + ([g] if g is not None else [])
         coupling, readout = terms(keys)

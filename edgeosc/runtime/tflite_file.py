@@ -15,6 +15,7 @@ except ImportError:  # pragma: no cover - depends on what is installed
     from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
 
 IDENTIFIER = b"TFL3"
+NPU_FILE = "int8_npu.tflite"  # int8.tflite with its unit vectors as passes an Ethos-U runs (export/tflite)
 MAX_TENSOR_BYTES = 1 << 30  # larger tensors mean a corrupt shape on any edge model
 
 _T = schema.TensorType

@@ -56,10 +56,9 @@ from ...models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, Soft
     reciprocal, shifted_power
 from ...models.kws import KWSKuramoto, KWSTransformer
 from ...runtime.custom_op import OP_NAME
-from ...runtime.tflite_file import check_tflite
+from ...runtime.tflite_file import NPU_FILE, check_tflite
 from .builder import TFLiteBuilder
 
-NPU_FILE = "int8_npu.tflite"  # int8.tflite with its unit vectors as the NPU passes (module docstring)
 FILES = ("float.tflite", "int8.tflite", NPU_FILE, "int8_custom.tflite")
 INPUT, OUTPUT = "features", "logits"
 CUSTOM_OP = OP_NAME  # the custom op the kernel in runtime/custom_op.py registers
