@@ -19,6 +19,7 @@ FIRMWARE = ROOT / "firmware_models"          # portable C99 kernels, front end, 
 KERNELS = FIRMWARE / "kernels"
 FRONTEND = FIRMWARE / "frontend"
 HARNESS = FIRMWARE / "harness"
+DETECTOR = FIRMWARE / "detector"                # the always-on decision rule (stream.py's Listener) in C
 TFLITE_OP = ROOT / "export" / "tflite_op"    # the EdgeOscAttention TFLite custom op's glue
 ORT_OP = ROOT / "export" / "ort_op"          # the ai.edgeosc::OscillatorAttention onnxruntime custom op
 # The kernels' units: each C file with the assembly of its DSP variants (kernels/dsp/*.S, Thumb-2: assembled to nothing

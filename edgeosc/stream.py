@@ -23,6 +23,7 @@ measured here is the front end's (`compare_full` times the 49-frame recompute be
 from __future__ import annotations
 
 import json
+import math
 import queue
 import time
 from collections import deque
@@ -197,12 +198,18 @@ def _summary(ms: list[float]) -> dict | None:
     return dict(median_ms=float(np.median(a)), p90_ms=float(np.percentile(a, 90)), max_ms=float(a.max()))
 
 
-def fires(smoothed: np.ndarray, t: float, last_s: float, threshold: float, refractory_s: float,
-          keywords) -> int | None:
-    """The decision rule: the likeliest keyword, if its smoothed posterior reaches `threshold` at least
-    `refractory_s` after the last detection; else None."""
+def fires(smoothed: np.ndarray, t: int, last: int | None, threshold: float, refractory: int, keywords) -> int | None:
+    """The decision rule: the likeliest keyword, if its smoothed posterior reaches `threshold` at least `refractory`
+    after the last detection (None: none yet); else None. Times are whole half hops (a decision's time, the window's
+    end less the smoothing delay of (n - 1) / 2 hops, is one), so the rule is exact in any language: the C firmware's
+    (firmware_models/detector) makes the same decisions from the same posteriors."""
     k = max(keywords, key=lambda i: smoothed[i])
-    return k if smoothed[k] >= threshold and t - last_s >= refractory_s else None
+    return k if smoothed[k] >= threshold and (last is None or t - last >= refractory) else None
+
+
+def half_hops(seconds: float, hop: int, sample_rate: int) -> int:
+    """A duration in whole half hops, rounded up (at most a half hop more than asked)."""
+    return math.ceil(round(2 * seconds * sample_rate / hop, 6))
 
 
 class Listener:
@@ -233,6 +240,8 @@ class Listener:
         self.model, self.front, self.new_frames = model, FrontEnd(cfg), new
         self.threshold, self.smooth, self.compare_full = threshold, smooth, compare_full
         self.refractory_s = cfg.clip_samples / cfg.sample_rate if refractory_s is None else refractory_s
+        if self.refractory_s < 0:
+            raise StreamError(f"need refractory_s >= 0, got {self.refractory_s}")
         # the new frames are the window's last ones; the frame grid stays put as the window slides
         last = (cfg.n_frames - 1) * cfg.hop_length
         self._new = slice(last - (new - 1) * cfg.hop_length, last + cfg.frame_length)
@@ -240,13 +249,18 @@ class Listener:
         self.raw = self.front.frames(self.audio)  # unnormalised frames of the window
         self._pending = np.zeros(0, np.float32)
         self._posts: deque = deque(maxlen=smooth)
-        self._last = -np.inf
+        self._last: int | None = None  # the last detection's time in half hops
         self.samples, self.hops, self.detections = 0, 0, []
         self.trace: list | None = [] if record else None  # record: every hop's (samples so far, posterior)
         self._replays: dict = {}  # smooth -> the decisions replayed from the trace (replay)
         self.features_ms, self.full_ms, self.model_ms = [], [], []
         if model.reset:
             model.reset()
+
+    @property
+    def refractory(self) -> int:
+        """refractory_s in half hops, as the decision rule counts time."""
+        return half_hops(self.refractory_s, self.hop, self.cfg.sample_rate)
 
     def window_features(self) -> np.ndarray:
         """The current window's model input [frames, coeffs]."""
@@ -295,11 +309,13 @@ class Listener:
 
     def _decide(self) -> Detection | None:
         smoothed = np.mean(self._posts, axis=0)
-        t = (self.samples - (len(self._posts) - 1) / 2 * self.hop) / self.cfg.sample_rate
-        k = fires(smoothed, t, self._last, self.threshold, self.refractory_s, self.keywords)
+        delay = len(self._posts) - 1  # half hops: the smoothing's (n - 1) / 2 hops
+        t = (self.samples - delay / 2 * self.hop) / self.cfg.sample_rate
+        when = 2 * (self.samples // self.hop) - delay
+        k = fires(smoothed, when, self._last, self.threshold, self.refractory, self.keywords)
         if k is None:
             return None
-        self._last = t
+        self._last = when
         self.detections.append(Detection(self.model.classes[k], t, float(smoothed[k]),
                                          self.samples / self.cfg.sample_rate))
         return self.detections[-1]
@@ -325,21 +341,21 @@ class Listener:
             raise StreamError("replay needs a listener made with record=True, and smooth >= 1")
         if smooth not in self._replays:
             self._replays[smooth] = self._smoothed(smooth)
-        t, emitted, score, keyword = self._replays[smooth]
-        last, found = -np.inf, []
+        t, when, emitted, score, keyword = self._replays[smooth]
+        last, found = None, []
         for i in np.flatnonzero(score >= threshold):
-            if t[i] - last >= self.refractory_s:
-                last = t[i]
+            if last is None or when[i] - last >= self.refractory:
+                last = when[i]
                 found.append(Detection(self.model.classes[keyword[i]], float(t[i]), float(score[i]),
                                        float(emitted[i])))
         return found
 
     def _smoothed(self, smooth: int):
-        """Every decision of a stream smoothed over `smooth` hops, flush included: its time, emission time, the
-        likeliest keyword's smoothed posterior and the keyword (as `fires` picks it)."""
+        """Every decision of a stream smoothed over `smooth` hops, flush included: its time (seconds, and half hops),
+        emission time, the likeliest keyword's smoothed posterior and the keyword (as `fires` picks it)."""
         n, s = len(self.trace), smooth
         if not n:
-            return (np.zeros(0),) * 3 + (np.zeros(0, int),)
+            return (np.zeros(0), np.zeros(0, int), np.zeros(0), np.zeros(0), np.zeros(0, int))
         samples = np.array([h for h, _ in self.trace])
         posts = np.array([p for _, p in self.trace])
         pad = np.zeros((s - 1, posts.shape[1]))
@@ -354,9 +370,11 @@ class Listener:
         smoothed = sums[live] / counts[:, None]
         hop_samples = samples[np.minimum(k, n - 1)]
         t = (hop_samples - (counts - 1) / 2 * self.hop) / self.cfg.sample_rate
+        when = 2 * (hop_samples // self.hop) - (counts - 1)
         kw = smoothed[:, self.keywords]
         best = kw.argmax(1)  # the first of equal maxima, as fires' max() takes
-        return t, hop_samples / self.cfg.sample_rate, kw[np.arange(len(kw)), best], np.asarray(self.keywords)[best]
+        return (t, when, hop_samples / self.cfg.sample_rate, kw[np.arange(len(kw)), best],
+                np.asarray(self.keywords)[best])
 
     def stats(self) -> dict:
         """Per-hop latencies (features incremental and, if compared, recomputed in full; model)."""
