@@ -201,12 +201,12 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
     for name in ("ai-edge-litert", "tflite-runtime", "tflite-micro"):  # no op to register
         twin = runtime.load(out / "int8.tflite", name).run(x.numpy())
         assert (twin.argmax(-1) == got.argmax(-1)).mean() >= 0.9, name
-        # int8_npu.tflite: the twin with its LayerNorms', r's and z's unit vectors as the NPU passes. Measured mean
-        # 1.1-1.5 LSB, max 3-6, the same class on all 32 clips (random inputs, an untrained net; test_tflite's trained
-        # direct cores, whose r and z stay L2_NORMALIZATION: mean 0.2-0.3)
-        npu = runtime.load(out / "int8_npu.tflite", name).run(x.numpy())
-        d = np.abs(npu - twin) / lsb
-        assert d.mean() <= 2 and d.max() <= 12 and (npu.argmax(-1) == twin.argmax(-1)).mean() >= 0.95, name
+    # int8_npu.tflite: the twin in operators the Ethos-U NPUs run (unit vectors by RSQRT passes, tables by LOG chains),
+    # in the one CPU runtime with int8 LOG. Measured mean 1.3 LSB, max 5, the same class on all 32 clips (random
+    # inputs, an untrained net)
+    npu = runtime.load(out / "int8_npu.tflite", "ai-edge-litert").run(x.numpy())
+    d = np.abs(npu - runtime.load(out / "int8.tflite", "ai-edge-litert").run(x.numpy())) / lsb
+    assert d.mean() <= 2.5 and d.max() <= 12 and (npu.argmax(-1) == twin.argmax(-1)).mean() >= 0.95, (d.mean(), d.max())
     from edgeosc.export.c import generate
     from edgeosc.export.c.graph import UnsupportedGraph
     with pytest.raises(UnsupportedGraph, match="int8_npu.tflite.*Generate from int8.tflite"):  # C has no SUM, RSQRT

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from edgeosc import runtime
 from edgeosc.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, Checkpoint, CheckpointError, load_checkpoint, \
     save_checkpoint
 from edgeosc.config import DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, to_dict
@@ -48,22 +49,27 @@ def test_the_twin_holds_qk_and_zr_and_passes_the_direct_forms_other_points(qat):
 
 @pytest.mark.parametrize("name", ["int8.tflite", "int8_npu.tflite"])
 def test_the_twin_is_int8_builtins_with_two_softmaxes_a_layer(qat, tmp_path, name):
-    """int8.tflite's unit vectors are L2_NORMALIZATION; int8_npu.tflite's, but for gn's, the NPU passes."""
+    """int8.tflite: unit vectors by L2_NORMALIZATION, tables by GATHER. int8_npu.tflite: only operators the Ethos-U
+    NPUs run: unit vectors by the RSQRT passes, tables by LOG chains, the key gate's log straight from its logits."""
     out = export(Checkpoint.of(qat, FeatureConfig(), CLASSES), ExportConfig(), tmp_path, "tflite")
     info = check_tflite(out / name)
-    npu = {"MUL", "SUM", "RSQRT"} if name == "int8_npu.tflite" else set()
-    assert not info["custom_ops"] and set(info["builtin_ops"]) == {
-        "ADD", "BATCH_MATMUL", "CAST", "CONV_2D", "FULLY_CONNECTED", "GATHER", "L2_NORMALIZATION", "RESHAPE",
-        "SOFTMAX", "SUB", "TRANSPOSE"} | npu
     ops = info["subgraphs"][0]["operators"]
     blocks = len(qat.net.blocks)
-    assert ops.count("SOFTMAX") == 2 * blocks  # the coupling's rows and the readout, no sum or reciprocal table
+    assert not info["custom_ops"] and ops.count("SOFTMAX") == 2 * blocks  # the coupling's rows and the readout
     sites = (2 * blocks + 1) + 2 * blocks  # unit vectors: LayerNorms; r and z a layer
-    if npu:  # three RSQRT passes each; gn keeps the exact op (its log table magnifies a step)
-        assert ops.count("RSQRT") == 3 * sites and ops.count("L2_NORMALIZATION") == blocks
+    common = {"ADD", "BATCH_MATMUL", "CONV_2D", "FULLY_CONNECTED", "RESHAPE", "SOFTMAX", "SUB", "TRANSPOSE"}
+    if name == "int8_npu.tflite":
+        assert set(info["builtin_ops"]) == common | {"MUL", "SUM", "RSQRT", "ABS", "LOG", "LOGISTIC", "RELU"}
+        assert ops.count("RSQRT") == 3 * sites
+        # log w and the gate's log: 2 LOGs each (log |u|, log sigma); the shifted cosine's: 1
+        assert ops.count("LOG") == 5 * blocks and ops.count("LOGISTIC") == 2 * blocks
+        assert runtime.interpreters_for(out / name) == ["ai-edge-litert"]  # int8 LOG: its kernels alone
+        with pytest.raises(runtime.InterpreterUnavailable, match="int8 LOG runs in ai-edge-litert only"):
+            runtime.load(out / name, "tflite-runtime")
     else:
-        assert ops.count("L2_NORMALIZATION") == sites + blocks and "RSQRT" not in ops  # LayerNorms; r, z, gn a layer
-    assert ops.count("GATHER") == 4 * blocks  # tables: the gate map, log w, log of the shifted cosine, log gn
+        assert set(info["builtin_ops"]) == common | {"CAST", "GATHER", "L2_NORMALIZATION"}
+        assert ops.count("L2_NORMALIZATION") == sites + blocks  # LayerNorms; r, z, gn a layer
+        assert ops.count("GATHER") == 4 * blocks  # tables: the gate map, log w, log of the shifted cosine, log gn
 
 
 def test_log_tables_span_their_values_down_to_the_floor():
@@ -121,7 +127,6 @@ def _point(scale: float):
 def test_the_twin_core_computes_the_integer_linear_core(gated, npu, tmp_path):
     """The twin's core alone against the integer linear core (the EdgeOscAttention op's and the firmware's) on the
     same int8 inputs, its queries' sizes spread over 10x: rows of small weights are where an int8 w lost them."""
-    from edgeosc import runtime
     from edgeosc.export.tflite import Graph
     from edgeosc.export.tflite.builder import TFLiteBuilder
     from edgeosc.integer import linear as L
@@ -148,7 +153,7 @@ def test_the_twin_core_computes_the_integer_linear_core(gated, npu, tmp_path):
     (tmp_path / "core.tflite").write_bytes(b.to_bytes())
     want = L.linear_core_int8(L.linear_quant_from_scales(scales, d, p), q, k, v, r, gn).astype(int)
     xs = [q, k, v, r] + ([gn[:, None, :]] if gated else [])
-    for name in runtime.available_interpreters():
+    for name in runtime.interpreters_for(tmp_path / "core.tflite"):
         got = runtime.load(tmp_path / "core.tflite", name).run_raw(*xs).astype(int)
         dev = np.abs(got - want)
         # measured 1.28-1.40 and 96%: half of it qk's int8 steps in the rows of small queries, half the int8 SOFTMAX

@@ -15,6 +15,9 @@ __all__ = ["ModelFileError", "InterpreterUnavailable", "TensorInfo", "Runner", "
 # preference order: LiteRT is the maintained runtime, tflite-runtime 2.14 the frozen one, TFLM the MCU one
 PREFERENCE = ("ai-edge-litert", "tflite-runtime", "tflite-micro")
 MICRO_MISSING = {"ATAN2"}  # builtins TFLite Micro has no kernel for ("Didn't find op for builtin opcode")
+# builtins whose int8 kernel only ai-edge-litert has (tflite-runtime 2.14: "Type INT8 is unsupported by op Log";
+# TFLite Micro: float only): int8_npu.tflite's log tables (export/tflite/twin.py)
+INT8_LITERT_ONLY = {"LOG"}
 _MODULES = {"ai-edge-litert": "ai_edge_litert.interpreter", "tflite-runtime": "tflite_runtime.interpreter",
             "tflite-micro": "tflite_micro"}
 # a stream export's tensors (export/tflite/stream.py): one frame in, each state as an input and its next value out
@@ -43,10 +46,13 @@ def available_interpreters() -> list[str]:
 def interpreters_for(path: str | Path) -> list[str]:
     """The installed interpreters that run this .tflite: tflite-runtime alone for a file with the EdgeOscAttention op
     (the one whose kernel registers from Python; TFLite Micro compiles it in), all but TFLite Micro for a file with
-    a builtin it lacks (MICRO_MISSING)."""
+    a builtin it lacks (MICRO_MISSING), ai-edge-litert alone for an int8 file with a builtin only its kernels take in
+    int8 (INT8_LITERT_ONLY)."""
     info, names = check_tflite(path), available_interpreters()
     if info["custom_ops"]:
         return [n for n in names if n == "tflite-runtime"]
+    if info["quantized_tensors"] and INT8_LITERT_ONLY & set(info["builtin_ops"]):
+        return [n for n in names if n == "ai-edge-litert"]
     if MICRO_MISSING & set(info["builtin_ops"]):
         return [n for n in names if n != "tflite-micro"]
     return names
@@ -224,6 +230,10 @@ def load(path, interpreter: str | None = None, custom_ops=None, xnnpack: bool = 
     if info["custom_ops"] and not custom_ops:
         raise InterpreterUnavailable(f"{path}: model uses custom op(s) {info['custom_ops']}; "
                                      "pass custom_ops=[...] registerers (tflite-runtime only)")
+    int8_only = sorted(INT8_LITERT_ONLY & set(info["builtin_ops"])) if info["quantized_tensors"] else []
+    if int8_only and name != "ai-edge-litert":
+        raise InterpreterUnavailable(f"{path}: int8 {', '.join(int8_only)} runs in ai-edge-litert only ({name} has no "
+                                     "int8 kernel for it); an int8_npu.tflite is for Vela, its int8.tflite for the CPU")
     mod = _module(name)
     if name == "tflite-micro":
         act = max(sg["activation_bytes"] for sg in info["subgraphs"])

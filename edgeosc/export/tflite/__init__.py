@@ -21,13 +21,16 @@ Files (input "features" [1, frames, coeffs] -> output "logits" [1, classes]; run
                        beside every transformer's int8.tflite: its LayerNorms' unit vectors, and the linear core twin's
                        r and z, are three int8 passes v * RSQRT(SUM(v * v)) (MUL, SUM, RSQRT, MUL:
                        builder.unit_vector), which the Ethos-U55 and U85 run and Vela leaves L2_NORMALIZATION to their
-                       CPU for. The other unit vectors stay L2_NORMALIZATION: the twin's key gate gn (as passes it lost
-                       0.15-0.60 points, 98.96-99.40% of clips the same class: log gn magnifies a step of a small gate)
-                       and the direct core's (not measured: no trained direct-form checkpoint). The passes are about 1.2
-                       output steps off the exact unit vector (L2_NORMALIZATION: 0.5) and QAT simulates the exact one;
-                       accuracy against int8.tflite: docs/toolchain.md. DS-CNN has no unit vectors and no such file:
-                       its int8.tflite is its NPU file (npu_file). The C kernels have no SUM or RSQRT: the firmware is
-                       generated from int8.tflite (or int8_custom.tflite), never from this file.
+                       CPU for; the twin's tables are chains of ABS, LOG, LOGISTIC, RELU and arithmetic
+                       (twin.npu_log_taylor2, npu_log_power) where int8.tflite GATHERs, and its key gate enters as
+                       log g (log gn less a term the same for every key), with no unit vector. Int8 LOG runs in
+                       ai-edge-litert alone among the CPU runtimes (runtime.interpreters_for). A direct core's
+                       unit vectors stay L2_NORMALIZATION (not measured: no trained direct-form checkpoint). The
+                       passes are about 1.2 output steps off the exact unit vector (L2_NORMALIZATION: 0.5) and QAT
+                       simulates the exact one; accuracy against int8.tflite: docs/toolchain.md. DS-CNN has no unit
+                       vectors and no such file: its int8.tflite is its NPU file (npu_file). The C kernels have no
+                       SUM, RSQRT or LOG: the firmware is generated from int8.tflite (or int8_custom.tflite), never
+                       from this file.
   int8_custom.tflite   int8.tflite with each oscillator core as one CUSTOM op EdgeOscAttention
                        (export/edgeosc_attention_tflite.md); oscillator networks only. A linear-form model's op
                        (option form "linear") is its integer linear core, sums over keys in int32/int64 as the
@@ -57,6 +60,7 @@ from ...models.attention import POSITIVE, RELU2_FLOOR, OscillatorAttention, Soft
 from ...models.kws import KWSKuramoto, KWSTransformer
 from ...runtime.custom_op import OP_NAME
 from ...runtime.tflite_file import NPU_FILE, check_tflite
+from . import twin
 from .builder import TFLiteBuilder
 
 FILES = ("float.tflite", "int8.tflite", NPU_FILE, "int8_custom.tflite")
@@ -163,14 +167,18 @@ class Graph:
             if self.custom_core:
                 core = self.custom_oscillator_core
             elif self.int8 and attn.form == "linear":  # its integer core sums over keys: the builtin twin instead
-                from . import twin
-                core = lambda *args: twin.core(self, *args)  # noqa: E731
+                core = lambda *args, **kw: twin.core(self, *args, **kw)  # noqa: E731
             else:
                 core = self.oscillator_core
             # the twin's anchors may take the NPU passes (measured harmless); the direct and custom cores' stay exact
             twin_core = self.int8 and not self.custom_core and attn.form == "linear"
             r = self.unit(raw, f"{label}/r") if twin_core else b.l2_normalization(raw, name=f"{label}/r")
-            out = core(qh, kh, vh, r, attn, label, self.key_gate(x, attn, label))
+            if twin_core and self.npu_units and attn.gate is not None and attn.gate_map == "taylor2":
+                # log gn = log g - log ||g||, the same for every key of a row: the twin's softmax needs only log g
+                log_gate = twin.npu_log_taylor2(b, self.gate_logits(x, attn, label), 1.0, f"{label}/log_g")
+                out = core(qh, kh, vh, r, attn, label, log_gate=log_gate)
+            else:
+                out = core(qh, kh, vh, r, attn, label, self.key_gate(x, attn, label))
         t = b.shape(out)[1]
         merged = b.reshape(b.transpose(out, [1, 0, 2], name=f"{label}/merge"), [1, t, d], name=f"{label}/merged")
         return self.linear(merged, attn.out, q("proj"), label=f"{label}/proj")
@@ -186,14 +194,17 @@ class Graph:
         """The unit vector over keys of g = positive(K x), [H, 1, T] (attention.gates_of), or None."""
         if attn.gate is None:
             return None
-        b = self.b
-        raw = self.linear(x, attn.gate, self.q(attn.quant, "g_raw") if self.int8 else None, label=f"{label}/g_raw")
-        raw = b.transpose(raw, [2, 0, 1], name=f"{label}/g_keys")  # [1, T, H] -> [H, 1, T]
+        b, raw = self.b, self.gate_logits(x, attn, label)
         if self.int8:
             g = self.table(raw, POSITIVE[attn.gate_map], attn.quant, "g", f"{label}/g")
         else:
             g = self.float_positive(raw, attn.gate_map, f"{label}/g")
         return b.l2_normalization(g, name=f"{label}/gn")
+
+    def gate_logits(self, x: int, attn: OscillatorAttention, label: str) -> int:
+        """The key gate's logits K x, [H, 1, T]."""
+        raw = self.linear(x, attn.gate, self.q(attn.quant, "g_raw") if self.int8 else None, label=f"{label}/g_raw")
+        return self.b.transpose(raw, [2, 0, 1], name=f"{label}/g_keys")  # [1, T, H] -> [H, 1, T]
 
     def oscillator_core(self, qh: int, kh: int, vh: int, r: int, attn: OscillatorAttention, label: str,
                         g: int | None = None) -> int:

@@ -399,8 +399,14 @@ class TFLiteBuilder:
     def tanh(self, x, name="tanh"):
         return self._unary("TANH", x, None, name)
 
-    def logistic(self, x, name="logistic"):
-        return self._unary("LOGISTIC", x, None, name)
+    def logistic(self, x, q=None, name="logistic"):
+        """int8: the output must be scale 1/256, zero point -128."""
+        if q is None and self.dtype(x) == np.int8:
+            q = (1 / 256, -128)
+        return self._unary("LOGISTIC", x, q, name, like=False)
+
+    def abs(self, x, q=None, name="abs"):
+        return self._unary("ABS", x, q, name, like=q is None)
 
     def sqrt(self, x, name="sqrt"):
         return self._unary("SQRT", x, None, name)
