@@ -54,6 +54,9 @@ class Model:
     step: Callable[[np.ndarray], np.ndarray] | None = None  # float32 [coeffs], the next frame -> logits [classes]
     reset: Callable[[], None] | None = None
     window: int = 0  # frames a streaming model attends over
+    # a streaming model's drift check: given the stream's last frames (enough for every layer's window), a fresh
+    # stream over them against the carried one -> dict(equal, detail); bench/soak.py runs it after hours
+    verify: Callable[[list], dict] | None = None
 
 
 def streaming_model(name: str, net, classes, feature_cfg: FeatureConfig) -> Model:
@@ -69,8 +72,18 @@ def streaming_model(name: str, net, classes, feature_cfg: FeatureConfig) -> Mode
         with torch.no_grad():
             logits, state["s"] = net.stream_step(torch.from_numpy(np.ascontiguousarray(frame, np.float32))[None],
                                                  state["s"])
-        return logits[0].numpy()
-    return Model(name, tuple(classes), feature_cfg, run, step, lambda: state.update(s=None), net.window)
+        state["last"] = logits[0].numpy()
+        return state["last"]
+
+    def verify(frames):  # float: the same logits from a fresh stream, up to float32 rounding
+        s = None
+        with torch.no_grad():
+            for frame in frames:
+                logits, s = net.stream_step(torch.from_numpy(np.ascontiguousarray(frame, np.float32))[None], s)
+        diff = float(np.abs(logits[0].numpy() - state["last"]).max())
+        return dict(equal=diff <= 1e-4 * max(1.0, float(np.abs(state["last"]).max())),
+                    detail=f"logits within {diff:.2g} of a fresh stream's")
+    return Model(name, tuple(classes), feature_cfg, run, step, lambda: state.update(s=None), net.window, verify)
 
 
 def load_model(path, interpreter: str | None = None, window: int | None = None) -> Model:
@@ -152,7 +165,23 @@ def _tflite_stream(runner, classes, cfg: FeatureConfig, window: int) -> Model:
         for frame in x[0]:
             logits = step(frame)
         return logits
-    return Model(runner.name, classes, cfg, run, step, lambda: state.update(s=fresh), window)
+
+    names = [t.name[len(STATE_IN):] for t in runner.inputs[1:]]
+
+    def verify(frames):  # integers: a fresh stream's state equals the carried one bit for bit
+        s = []
+        for name, zero, now in zip(names, fresh, state["s"]):
+            if name.endswith("/clock"):  # the linear core's frame number, keys held and ring slot, len(frames) back
+                t, _, slot = (int(x) for x in now)
+                zero = np.array([((t - len(frames) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31), 0,
+                                 (slot - len(frames)) % window], np.int32)
+            s.append(zero)
+        for frame in frames:
+            s = runner.run_raw(runner.inputs[0].quantize(np.asarray(frame, np.float32)[None]), *s)[1:]
+        differ = [n for n, a, b in zip(names, s, state["s"]) if not np.array_equal(a, b)]
+        return dict(equal=not differ, detail=f"state tensors that differ from a fresh stream's: {differ}" if differ
+                    else f"all {len(names)} state tensors equal a fresh stream's bit for bit")
+    return Model(runner.name, classes, cfg, run, step, lambda: state.update(s=fresh), window, verify)
 
 
 class FrontEnd:
@@ -181,6 +210,9 @@ class FrontEnd:
         if self.cfg.normalize == "running":
             return feats - np.cumsum(feats, 0) / np.arange(1, len(feats) + 1, dtype=feats.dtype)[:, None]
         return feats - feats.mean(0) if self.cfg.normalize == "utterance" else feats
+
+
+LATENCY_HOPS = 30_000  # Listener.stats summarises this many latest hops (10 minutes at 20 ms)
 
 
 @dataclass(frozen=True)
@@ -253,7 +285,8 @@ class Listener:
         self.samples, self.hops, self.detections = 0, 0, []
         self.trace: list | None = [] if record else None  # record: every hop's (samples so far, posterior)
         self._replays: dict = {}  # smooth -> the decisions replayed from the trace (replay)
-        self.features_ms, self.full_ms, self.model_ms = [], [], []
+        # the latest hops' latencies only: a listener runs for days, its memory must not grow with them
+        self.features_ms, self.full_ms, self.model_ms = (deque(maxlen=LATENCY_HOPS) for _ in range(3))
         if model.reset:
             model.reset()
 
@@ -377,7 +410,8 @@ class Listener:
                 np.asarray(self.keywords)[best])
 
     def stats(self) -> dict:
-        """Per-hop latencies (features incremental and, if compared, recomputed in full; model)."""
+        """Per-hop latencies (features incremental and, if compared, recomputed in full; model) of the latest
+        LATENCY_HOPS hops."""
         sr = self.cfg.sample_rate
         feats, full, model = _summary(self.features_ms), _summary(self.full_ms), _summary(self.model_ms)
         total = [a + b for a, b in zip(self.features_ms, self.model_ms)]

@@ -199,3 +199,26 @@ def test_tflite_micro_streams_the_softmax_network_as_the_firmware_does(tmp_path)
     np.testing.assert_array_equal(np.array(frames), window)
     generate(tmp_path / "one.tflite", tmp_path / "fw", "one", features=None)
     np.testing.assert_array_equal(host_logits(tmp_path / "fw", "one", x, work=tmp_path / "build"), window)
+
+
+def test_a_soak_finds_the_stream_state_held_and_would_see_it_drift(qat, tmp_path):
+    """bench/soak.py over a minute of noise: at every check the stream file's carried state equals, bit for bit, a
+    fresh stream's over the same last frames (the clocks set back); the float checkpoint's logits a fresh stream's.
+    A state that is not the stream's (other frames) is reported as drifted: the check can fail."""
+    from edgeosc.bench.soak import format_soak, soak
+    from edgeosc.export import export_checkpoint
+    from edgeosc.stream import load_model
+
+    path = checkpoint(tmp_path / "qat.pt", qat.cfg, qat.state_dict(), quant=qat.checkpoint_record())
+    model = load_model(export_checkpoint(path, tmp_path / "export", target="tflite") / "stream_int8.tflite")
+    noise = (0.05 * np.random.default_rng(0).standard_normal(16000 * 20)).astype(np.float32)
+    r = soak(model, noise, hours=1 / 60, hop_ms=100, checks=3)
+    # 600 hops of 100 ms; decisions from the tenth on, once a whole window is in
+    assert r["drift_free"] is True and len(r["checks"]) == 3 and r["checks"][-1]["hops"] == 591, format_soak(r)
+    assert "bit for bit" in r["checks"][0]["drift"]["detail"] and "state held" in format_soak(r)
+    other = np.random.default_rng(1).standard_normal((4 * 6 + 8, 40)).astype(np.float32)
+    assert not model.verify(list(other))["equal"]
+    floating = load_model(checkpoint(tmp_path / "float.pt", qat.cfg, build_model(qat.cfg).state_dict()))
+    r = soak(floating, noise, hours=1 / 120, hop_ms=100, checks=2)
+    assert r["drift_free"] is True and "fresh stream's" in r["checks"][0]["drift"]["detail"]
+    assert not floating.verify(list(other))["equal"]

@@ -7,17 +7,17 @@ from pathlib import Path
 import click
 
 from ..bench.npu import ACCELERATORS as NPU_ACCELERATORS
-from .app import Ordered, friendly_errors, main
+from .app import CACHE_DIR, Ordered, friendly_errors, main
 
 
-@main.group(cls=Ordered, renamed={"*": "name what to time: `models MODEL...`, `pair OSC SOFTMAX`, `npu MODEL...` or "
-                                         "`attention`"})
+@main.group(cls=Ordered, renamed={"*": "name what to time: `models MODEL...`, `pair OSC SOFTMAX`, `npu MODEL...`, "
+                                         "`soak MODEL` or `attention`"})
 def bench():
     """Time models on runtimes and NPUs, oscillator vs softmax.
 
     models: latency, memory and energy of model files (torch-free, also on a Pi); pair: oscillator vs softmax
-    exports on every runtime, as ratios; npu: int8 files on Ethos-U NPUs (Vela's estimates); attention: the
-    attention cores alone in torch.
+    exports on every runtime, as ratios; npu: int8 files on Ethos-U NPUs (Vela's estimates); soak: hours of audio
+    through the listener, its memory and a stream's state; attention: the attention cores alone in torch.
     """
 
 
@@ -131,3 +131,42 @@ def bench_attention(repeats, threads):
     """
     from ..bench.microbench import attention_microbench
     attention_microbench(repeats=repeats, threads=threads, echo=click.echo)
+
+
+@bench.command("soak")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=3.0, show_default=True,
+              help="Hours of audio to stream.")
+@click.option("--audio-hours", type=click.FloatRange(min=0, min_open=True), default=0.25, show_default=True,
+              help="Keyword-free audio made once (cached) and looped: sentences in the synthetic voices, noise, music.")
+@click.option("--hop-ms", type=float, default=20.0, show_default=True, help="Decision step; a multiple of 20 ms.")
+@click.option("--checks", type=click.IntRange(min=1), default=6, show_default=True,
+              help="Memory and state checks, evenly spread over the run.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write results here.")
+@CACHE_DIR
+@friendly_errors
+def bench_soak(model, hours, audio_hours, hop_ms, checks, json_path, cache_dir):
+    """Hours of audio through `edgeosc listen`'s listener: does a long run hold?
+
+    MODEL is a checkpoint (.pt) or an exported .tflite beside its manifest.json; a streaming model's stream_int8.tflite
+    is the deployed one. At each check: the process's resident memory, and for a streaming model its state against
+    a fresh stream over the same last frames (stream_int8.tflite: every state tensor bit for bit; a float checkpoint:
+    its logits within float32 rounding). Memory should stay flat and the state hold after hours.
+    """
+    from tqdm.auto import tqdm
+    from ..bench.soak import format_soak, soak
+    from ..data import default_cache_dir
+    from ..data.negatives import load_negatives_shown
+    from ..io import write_json
+    from ..stream import load_model
+    if model.endswith(".pt"):
+        import torch
+        torch.set_num_threads(1)  # one frame a step: more threads only add jitter
+    net = load_model(model)
+    audio = load_negatives_shown(audio_hours, 0, cache_dir or default_cache_dir(), "keyword-free audio")
+    with tqdm(total=round(3600 * hours), unit="s", desc="soak", leave=False) as bar:
+        result = soak(net, audio, hours, hop_ms, checks, lambda done, total: bar.update(round(done) - bar.n))
+    click.echo(format_soak(result))
+    if json_path:
+        write_json(json_path, result)
+        click.echo(f"results: {json_path}")
