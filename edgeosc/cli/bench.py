@@ -146,7 +146,7 @@ def bench_attention(repeats, threads):
 @CACHE_DIR
 @friendly_errors
 def bench_soak(model, hours, audio_hours, hop_ms, checks, json_path, cache_dir):
-    """Hours of audio through `edgeosc listen`'s listener: does a long run hold?
+    """Hours of audio through the listener: memory, stream state.
 
     MODEL is a checkpoint (.pt) or an exported .tflite beside its manifest.json; a streaming model's stream_int8.tflite
     is the deployed one. At each check: the process's resident memory, and for a streaming model its state against
