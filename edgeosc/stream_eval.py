@@ -11,6 +11,7 @@ speech end to the hop that decided the detection (Detection.emitted_s), the smoo
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
                     smooth: int = 3, refractory_s: float | None = None, max_clips: int | None = None, seed: int = 0,
                     tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None,
                     thresholds=(), negatives: np.ndarray | None = None, context: np.ndarray | None = None,
-                    smooths=()) -> dict:
+                    smooths=(), trace_out: str | Path | None = None) -> dict:
     """Stream the long recording of `split` through `model` (a Listener with these settings) and score it; the
     recording and its events are written to wav_out (and wav_out with .json) when given. progress(done, total)
     is called every second of audio. thresholds: also score each of these from the same pass ("curve": the
@@ -121,7 +122,9 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
     streamed by a listener of its own, every detection on it a false alarm: its false alarms per hour at each
     threshold beside the split's recall give the DET curve ("det") and the recall at 1, 5 and 10 false alarms
     per hour ("recall_at"), the field's figures. context: keyword-free audio between the clips (long_recording).
-    smooths: the same curves for each of these smoothing lengths too, from the same pass ("by_smooth")."""
+    smooths: the same curves for each of these smoothing lengths too, from the same pass ("by_smooth"). trace_out:
+    also write every hop's posteriors (and the negatives' with negatives), the events and the listener's settings to
+    this .npz (save_trace), to study decision rules without running the model again."""
     if tuple(data.classes) != tuple(model.classes):
         raise StreamError(f"{model.name}: its classes {list(model.classes)} are not the data set's "
                           f"{list(data.classes)}")
@@ -129,7 +132,7 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
         thresholds = DET_THRESHOLDS
     if any(s < 1 for s in smooths):
         raise StreamError(f"smoothing lengths must be >= 1, got {list(smooths)}")
-    lis = Listener(model, hop_ms, threshold, smooth, refractory_s, record=bool(thresholds))
+    lis = Listener(model, hop_ms, threshold, smooth, refractory_s, record=bool(thresholds) or trace_out is not None)
     audio, events = long_recording(data, split, lis.front, max_clips, seed, context)
     sr = lis.cfg.sample_rate
     if wav_out is not None:
@@ -153,7 +156,27 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
     if smooths:
         res["by_smooth"] = {str(s): dict(curve=c, **({} if neg is None else negative_scores(neg, hours, c, s)))
                             for s in smooths for c in [curve(s)]}
+    if trace_out is not None:
+        save_trace(trace_out, lis, events, neg)
     return res
+
+
+def save_trace(path: str | Path, lis: Listener, events: list[Event], negatives: Listener | None = None) -> Path:
+    """A recorded pass as an .npz (atomic): each hop's sample count and posteriors (and the keyword-free audio's),
+    the keyword events and what the listener was (classes, keywords, hop, sample rate, refractory period)."""
+    def arrays(trace):
+        return (np.array([h for h, _ in trace], np.int64), np.array([p for _, p in trace], np.float64).reshape(
+            len(trace), len(lis.model.classes)))
+    samples, posts = arrays(lis.trace or [])
+    extra = {}
+    if negatives is not None:
+        extra["negative_samples"], extra["negative_posteriors"] = arrays(negatives.trace or [])
+    meta = dict(model=lis.model.name, classes=list(lis.model.classes), keywords=lis.keywords, hop=lis.hop,
+                sample_rate=lis.cfg.sample_rate, refractory_s=lis.refractory_s, events=[asdict(e) for e in events])
+    with atomic_path(Path(path)) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, samples=samples, posteriors=posts, meta=np.array(json.dumps(meta)), **extra)
+    return Path(path)
 
 
 DET_THRESHOLDS = tuple(float(t) for t in np.round(np.r_[np.arange(0.30, 0.951, 0.05), 0.97, 0.98, 0.99, 0.995,

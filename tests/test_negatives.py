@@ -1,4 +1,6 @@
 """Keyword-free audio for always-on false alarms (data/negatives.py) and the DET protocol on it (stream_eval.py)."""
+import json
+
 import numpy as np
 import pytest
 
@@ -55,9 +57,14 @@ def test_det_points_equal_runs_at_their_threshold_and_recall_is_read_at_fixed_ra
     assert plot_det(r, tmp_path / "det.png").stat().st_size > 1000
     # other smoothing lengths from the same pass: smooth 1 is the run above; 2 halves one-hop bursts' posteriors
     by = evaluate_stream(model, data, hop_ms=100, threshold=0.5, smooth=1, seed=2, negatives=negatives,
-                         smooths=(1, 2))
+                         smooths=(1, 2), trace_out=tmp_path / "trace.npz")
     assert by["by_smooth"]["1"]["det"] == r["det"] and by["by_smooth"]["2"]["det"] != r["det"]
     assert "smoothed over   2 hops" in format_result(by) and plot_det(by, tmp_path / "det2.png").exists()
+    saved = np.load(tmp_path / "trace.npz")  # the pass, to replay: its hops' posteriors, the events, the settings
+    meta = json.loads(str(saved["meta"]))
+    assert saved["posteriors"].shape == (len(saved["samples"]), len(model.classes)) == (by["per_hop"]["hops"], 4)
+    assert np.allclose(saved["posteriors"].sum(1), 1) and saved["negative_posteriors"].shape[1] == 4
+    assert len(meta["events"]) == by["events"] and meta["hop"] == 1600 and meta["classes"] == list(model.classes)
 
 
 def test_the_training_pool_shares_no_sentence_with_the_evaluation_and_says_no_class_word():

@@ -108,11 +108,14 @@ def _whole_numbers(text: str) -> tuple[int, ...]:
               "draws than --negatives-hours') between two clips instead of short quiet gaps.")
 @click.option("--det-plot", type=click.Path(dir_okay=False), default=None,
               help="With --negatives-hours: write the DET curve here (.png, .svg or .pdf).")
+@click.option("--trace-out", type=click.Path(dir_okay=False), default=None,
+              help="Also save every hop's posteriors, the keyword events and the listener's settings here (.npz), "
+              "to study decision rules without running the model again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @CACHE_DIR
 @friendly_errors
 def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed, window, wav_out,
-                sweep, smooths, negatives_hours, in_context, det_plot, as_json, cache_dir):
+                sweep, smooths, negatives_hours, in_context, det_plot, trace_out, as_json, cache_dir):
     """Always-on accuracy: a split's clips as one long recording.
 
     MODEL is a .pt checkpoint, or an exported .tflite beside its manifest.json (its data set is the one of the
@@ -156,7 +159,7 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
             bar.refresh()
         res = evaluate_stream(net, data, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed,
                               wav_out=wav_out, progress=progress, thresholds=SWEEP if sweep else (),
-                              negatives=negatives, context=context, smooths=smooths)
+                              negatives=negatives, context=context, smooths=smooths, trace_out=trace_out)
     click.echo(json.dumps(res) if as_json else format_result(res))
     if det_plot:
         from ..stream_eval import plot_det
