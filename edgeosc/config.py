@@ -223,9 +223,17 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     init_from: str | None = None  # a float checkpoint of the same network whose weights start training
+    # knowledge distillation: a float checkpoint of any kind on the same classes (its own features) whose softened
+    # posteriors the loss also matches, distill_weight of it at temperature distill_temperature (Hinton et al. 2015)
+    distill_from: str | None = None
+    distill_weight: float = 0.5
+    distill_temperature: float = 2.0
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def __post_init__(self):
+        if not 0 <= self.distill_weight <= 1 or not self.distill_temperature > 0:
+            raise ValueError(f"need 0 <= distill_weight <= 1 and distill_temperature > 0, got {self.distill_weight}, "
+                             f"{self.distill_temperature}")
         if self.mixup < 0:
             raise ValueError("mixup must be >= 0 (the alpha of its Beta distribution; 0 = off)")
         if self.stream_clips < 0:

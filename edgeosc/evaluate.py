@@ -33,10 +33,12 @@ class Batches:
     def __len__(self):
         return len(self.idx)
 
-    def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None, stream_clips: int = 0):
+    def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None, stream_clips: int = 0,
+                 teacher: FeatureExtractor | None = None):
         """stream_clips > 0 (training, with a generator): each clip after that many random clips of the split, as
         one recording (each clip augmented on its own), its features as a stream's (FeatureExtractor.stream): the
-        last (stream_clips + 1) x n_frames frames, the batch's clip last."""
+        last (stream_clips + 1) x n_frames frames, the batch's clip last. teacher: also the same augmented clips'
+        features for a distillation teacher (third in each batch; no feature masks, not with stream_clips)."""
         order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
         for start in range(0, len(order), batch_size):
             sel = order[start:start + batch_size]
@@ -53,7 +55,12 @@ class Batches:
                     feats = self.features(waves[0].to(self.device))
             if aug is not None and aug.freq_masks + aug.time_masks:
                 feats = spec_augment(feats, aug, generator)
-            yield feats, self.labels[sel].to(self.device)
+            if teacher is None:
+                yield feats, self.labels[sel].to(self.device)
+                continue
+            with torch.no_grad():  # computed before the yield: the student's step runs with gradients
+                taught = teacher(waves[0].to(self.device))
+            yield feats, self.labels[sel].to(self.device), taught
 
 
 @torch.no_grad()

@@ -36,6 +36,35 @@ def init_weights(model: torch.nn.Module, path: str | Path) -> None:
                           strict=False)
 
 
+def teacher_of(cfg: TrainConfig, classes, device) -> tuple[torch.nn.Module, FeatureExtractor] | None:
+    """The distillation teacher (cfg.distill_from, a float checkpoint on these classes) in eval mode, with its own
+    feature extractor; None without one."""
+    if not cfg.distill_from:
+        return None
+    if cfg.stream_clips:
+        raise ValueError("train.distill_from does not go with train.stream_clips (a teacher of whole clips)")
+    source = load_checkpoint(cfg.distill_from, map_location=device)
+    if source.quant_cfg is not None or tuple(source.classes) != tuple(classes):
+        raise CheckpointError(f"{cfg.distill_from}: a distillation teacher must be a float checkpoint on the same "
+                              f"classes ({list(classes)}); it holds {list(source.classes)}"
+                              f"{' (quantized)' if source.quant_cfg is not None else ''}")
+    teacher = source.model.to(device).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher, FeatureExtractor(source.feature_cfg).to(device)
+
+
+def distilled(loss: torch.Tensor, logits: torch.Tensor, teacher: torch.nn.Module, feats: torch.Tensor,
+              cfg: TrainConfig) -> torch.Tensor:
+    """(1 - w) loss + w T^2 KL(teacher's posteriors at temperature T || the student's): Hinton et al.'s soft targets
+    (the T^2 keeps their gradients' size as T changes)."""
+    t = cfg.distill_temperature
+    with torch.no_grad():
+        target = F.softmax(teacher(feats) / t, -1)
+    soft = F.kl_div(F.log_softmax(logits / t, -1), target, reduction="batchmean") * t * t
+    return (1 - cfg.distill_weight) * loss + cfg.distill_weight * soft
+
+
 def _lr_lambda(cfg: TrainConfig, steps_per_epoch: int):
     warm, total = cfg.warmup_epochs * steps_per_epoch, cfg.epochs * steps_per_epoch
 
@@ -73,6 +102,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     if train_cfg.init_from and build is None:
         init_weights(model, train_cfg.init_from)
     model = model.to(device)
+    teacher = teacher_of(train_cfg, data.classes, device)
     quant = model.checkpoint_record() if hasattr(model, "checkpoint_record") else None
     steps = math.ceil(len(train_b) / train_cfg.batch_size)
     # decay projection weights only: biases, norms, score scales, positions and phases keep their values
@@ -109,19 +139,23 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         torch.manual_seed(train_cfg.seed * 100_003 + epoch)  # dropout
         gen = torch.Generator().manual_seed(train_cfg.seed * 100_003 + epoch)  # order and augmentation
         t0, loss_sum, correct, seen, max_grad = time.time(), 0.0, 0, 0, 0.0
-        bar = tqdm(train_b(train_cfg.batch_size, gen, train_cfg.augment, train_cfg.stream_clips), total=steps,
+        bar = tqdm(train_b(train_cfg.batch_size, gen, train_cfg.augment, train_cfg.stream_clips,
+                           teacher and teacher[1]), total=steps,
                    leave=False, disable=not progress, desc=f"epoch {epoch + 1}/{train_cfg.epochs}")
-        for feats, labels in bar:
+        for feats, labels, *taught in bar:
             partner = None
             if mix_weight is not None:  # each clip blended with another of the batch, its loss with both labels
                 lam = float(mix_weight.sample())
                 perm = torch.randperm(len(labels), generator=gen).to(labels.device)
                 feats, partner = lam * feats + (1 - lam) * feats[perm], labels[perm]
+                taught = [lam * t + (1 - lam) * t[perm] for t in taught]
             logits = model(feats)
             loss = criterion(logits, labels)
             if partner is not None:
                 loss = lam * loss + (1 - lam) * criterion(logits, partner)
                 labels = labels if lam >= 0.5 else partner  # the dominant clip's label, for train accuracy
+            if teacher is not None:
+                loss = distilled(loss, logits, teacher[0], taught[0], train_cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip or float("inf"))

@@ -119,3 +119,28 @@ def test_init_from_copies_matching_weights_and_refuses_other_networks(tones, dat
     assert dst["head.weight"].shape[0] == 2
     with pytest.raises(CheckpointError, match="same network"):
         run(tones, data_cfg, tmp_path / "soft", "softmax", train_cfg=cfg)
+
+
+def test_distillation_matches_the_teachers_posteriors_and_refuses_another_task(tones, data_cfg, tmp_path):
+    """A student distilled at weight 1 from a DS-CNN (its own MFCC features, from the same augmented clips) learns the
+    teacher's mapping, not the labels: a teacher trained with the classes rotated makes a student that names every
+    tone as the teacher does. A teacher of other classes, or a bad weight or temperature, is refused by name."""
+    from edgeosc.config import MLPERF_FEATURES
+    from edgeosc.data.clipset import ClipSet
+    rotated = ClipSet(tones.audio, (tones.labels + 1) % 3, tones.groups, tones.split, tones.classes)
+    train(rotated, tmp_path / "teacher", model_cfg=ModelConfig(attention="ds-cnn", size="small"),
+          feature_cfg=MLPERF_FEATURES, train_cfg=dataclasses.replace(TRAIN, epochs=16, lr=1e-2), data_cfg=data_cfg,
+          progress=False)
+    teacher = evaluate_checkpoint(tmp_path / "teacher" / "best.pt", rotated)["accuracy"]
+    cfg = dataclasses.replace(TRAIN, epochs=8, lr=1e-2, distill_from=str(tmp_path / "teacher" / "best.pt"),
+                              distill_weight=1.0, mixup=0.4)
+    run(tones, data_cfg, tmp_path / "student", train_cfg=cfg)
+    student = load_checkpoint(tmp_path / "student" / "best.pt")
+    assert teacher > 0.6 and evaluate_checkpoint(tmp_path / "student" / "last.pt", rotated)["accuracy"] > 0.6
+    assert student.train_cfg.distill_from == cfg.distill_from
+    with pytest.raises(CheckpointError, match="same classes"):
+        run(tone_clipset(classes=4), data_cfg, tmp_path / "other", train_cfg=cfg)
+    with pytest.raises(ValueError, match="distill_weight"):
+        dataclasses.replace(TRAIN, distill_weight=1.5)
+    with pytest.raises(ValueError, match="distill_temperature"):
+        dataclasses.replace(TRAIN, distill_temperature=0.0)

@@ -128,6 +128,8 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--device", "train.device", "Device"),
     ("--init-from", "train.init_from", "Start from the weights of a float checkpoint of the same network (e.g. "
      "trained on the synthetic set before real speech); a classifier for other classes starts afresh"),
+    ("--distill-from", "train.distill_from", "Distil from a float checkpoint of any kind on the same classes (e.g. a "
+     "DS-CNN): the loss also matches its softened posteriors (--set train.distill_weight / distill_temperature)"),
     ("--preset", "quant.preset", "--qat: quantization preset (edgeosc/quant.py)"),
     ("--calib-batches", "quant.calibration_batches", "--qat: training batches that calibrate the activation scales"),
 ]

@@ -199,9 +199,10 @@ class Settings:
             raise click.ClickException(f"{self.given_as.get('data.data_dir', 'data.data_dir')}: no such folder")
         for name in ("train", "qat"):  # recorded paths: absolute
             run = getattr(cfg, name)
-            if run.init_from:
-                cfg = dataclasses.replace(cfg, **{name: dataclasses.replace(
-                    run, init_from=str(Path(run.init_from).expanduser().resolve()))})
+            for key in ("init_from", "distill_from"):
+                if getattr(run, key):
+                    run = dataclasses.replace(run, **{key: str(Path(getattr(run, key)).expanduser().resolve())})
+                    cfg = dataclasses.replace(cfg, **{name: run})
         return cfg
 
 
