@@ -140,8 +140,12 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
         torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
     if det_plot and not negatives_hours:
         raise click.UsageError("--det-plot needs --negatives-hours (the DET curve's false alarms are counted there)")
-    trained_on = dataclasses.replace(load_checkpoint(source).data_cfg, negatives_hours=0.0)  # a split, not training
+    trained = load_checkpoint(source).data_cfg
+    trained_on = dataclasses.replace(trained, negatives_hours=0.0)  # a split, not training
     data = load_dataset(settings.load(base={"data": trained_on}).data, cache_dir)
+    if trained.negatives_hours:  # trained with keyword-free audio: its _unknown_ class, which a digits task lacks
+        from ..data.negatives import with_unknown_class
+        data = with_unknown_class(data)
     from ..data import default_cache_dir
     from ..data.negatives import load_negatives_shown
     cache = cache_dir or default_cache_dir()

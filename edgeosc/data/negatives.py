@@ -10,6 +10,8 @@ _unknown_, the keyword-free audio a detector must learn to ignore).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from pathlib import Path
 
@@ -227,12 +229,21 @@ def load_negatives_shown(hours: float, seed: int, cache_dir, desc: str, show: bo
         return load_negatives(hours, seed, cache_dir, lambda done, total: bar.update(round(done) - bar.n), pool)
 
 
+def with_unknown_class(data):
+    """`data` with an _unknown_ class (no clips of it) if its task has none, e.g. FSDD's ten digits: what keyword-free
+    audio trains a detector to say, and what a model trained so has beside the task's classes."""
+    from ..config import UNKNOWN
+    if UNKNOWN in data.classes:
+        return data
+    return dataclasses.replace(data, classes=(*data.classes, UNKNOWN))
+
+
 def with_training_negatives(data, hours: float, seed: int, cache_dir: Path, progress: bool = True):
     """`data` plus `hours` of the training pool cut into 1 s clips labelled _unknown_, in the training split only
-    (validation and test keep the dataset's own clips)."""
+    (validation and test keep the dataset's own clips); a task without an _unknown_ class gets one
+    (with_unknown_class)."""
     from ..config import UNKNOWN
-    if UNKNOWN not in data.classes:
-        raise DataError(f"negatives join the {UNKNOWN} class, which this task does not have ({list(data.classes)})")
+    data = with_unknown_class(data)
     clip = data.audio.shape[1]
     x = load_negatives_shown(hours, seed, cache_dir, "training negatives", progress, pool="train")
     n = len(x) // clip
