@@ -13,10 +13,11 @@ from .app import Ordered, friendly_errors, main
 
 @main.group(cls=Ordered)
 def report():
-    """Oscillator-vs-softmax report, the README's table; seeds.
+    """Oscillator-vs-softmax report, the README's table; seeds; accuracy per joule.
 
     write: (re)write a pipeline run's report, with board measurements; readme: the README's summary table
-    from a run's report; seeds: mean +- std of test accuracy over seeds, per setting, of any run folders.
+    from a run's report; seeds: mean +- std of test accuracy over seeds, per setting, of any run folders; joule:
+    each kind and size's accuracy against its estimated Cortex-M4 energy, flash and RAM.
     """
 
 
@@ -95,3 +96,40 @@ def report_seeds(run_dirs, as_json):
     for r in rows:
         click.echo(f"{r['dataset']:<16}{r['attention']:<{aw}}{r['size']:<8}{r['d_osc']:>6}{r['p']:>3}{r['n']:>4}  "
                    f"{r['mean']:6.2f} +- {r['std']:.2f}")
+
+
+@report.command("joule")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also plot accuracy against energy here (.png, .svg or .pdf): one line per kind, error bars.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write the rows here.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Where each config's estimated cost is kept (default $EDGEOSC_CACHE or ~/.cache/edgeosc).")
+@friendly_errors
+def report_joule(run_dirs, plot_path, json_path, cache_dir):
+    """Accuracy per joule: each kind and size against its Cortex-M4 cost.
+
+    RUN_DIRS are run folders or folders holding them (searched for results.json beside best.pt), grouped by dataset,
+    float or int8, kind and size: test accuracy mean +- sd over the runs, beside the ESTIMATED cost of one inference
+    of that config on a Cortex-M4 (STM32L4R5: an untrained calibrated int8 network as generated firmware, emulated;
+    about 7 s a config the first time, cached): MACs, cycles, latency, energy, x DS-CNN small's energy, flash and
+    RAM. A Markdown table; --plot draws accuracy against energy, one line per kind.
+    """
+    from tqdm.auto import tqdm
+    from ..bench.joule import curve, format_table, plot
+    from ..data import default_cache_dir
+    from ..io import write_json
+    with tqdm(total=0, desc="estimating", leave=False) as bar:
+        def progress(i, n, what):
+            bar.total, bar.n = n, i
+            bar.set_postfix_str(what)
+            bar.refresh()
+        rows = curve(run_dirs, cache_dir or default_cache_dir(), progress)
+    if not rows:
+        raise click.ClickException(f"no run (results.json beside best.pt) under {', '.join(run_dirs)}")
+    click.echo(format_table(rows))
+    if plot_path:
+        click.echo(f"plot: {plot(rows, plot_path)}")
+    if json_path:
+        write_json(json_path, rows)
+        click.echo(f"rows: {json_path}")
