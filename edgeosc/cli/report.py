@@ -13,7 +13,7 @@ from .app import Ordered, friendly_errors, main
 
 @main.group(cls=Ordered)
 def report():
-    """Oscillator-vs-softmax report, the README's table; seeds; accuracy per joule.
+    """Run reports, the README table, seeds, accuracy per joule.
 
     write: (re)write a pipeline run's report, with board measurements; readme: the README's summary table
     from a run's report; seeds: mean +- std of test accuracy over seeds, per setting, of any run folders; joule:
