@@ -55,7 +55,7 @@ class Model:
     reset: Callable[[], None] | None = None
     window: int = 0  # frames a streaming model attends over
     # a streaming model's drift check: given the stream's last frames (enough for every layer's window), a fresh
-    # stream over them against the carried one -> dict(equal, detail); bench/soak.py runs it after hours
+    # stream over them against the carried one -> dict(equal, detail); stream_soak.py runs it after hours
     verify: Callable[[list], dict] | None = None
 
 

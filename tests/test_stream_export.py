@@ -202,10 +202,10 @@ def test_tflite_micro_streams_the_softmax_network_as_the_firmware_does(tmp_path)
 
 
 def test_a_soak_finds_the_stream_state_held_and_would_see_it_drift(qat, tmp_path):
-    """bench/soak.py over a minute of noise: at every check the stream file's carried state equals, bit for bit, a
+    """stream_soak.py over a minute of noise: at every check the stream file's carried state equals, bit for bit, a
     fresh stream's over the same last frames (the clocks set back); the float checkpoint's logits a fresh stream's.
     A state that is not the stream's (other frames) is reported as drifted: the check can fail."""
-    from edgeosc.bench.soak import format_soak, soak
+    from edgeosc.stream_soak import format_soak, soak
     from edgeosc.export import export_checkpoint
     from edgeosc.stream import load_model
 

@@ -154,7 +154,7 @@ def bench_soak(model, hours, audio_hours, hop_ms, checks, json_path, cache_dir):
     its logits within float32 rounding). Memory should stay flat and the state hold after hours.
     """
     from tqdm.auto import tqdm
-    from ..bench.soak import format_soak, soak
+    from ..stream_soak import format_soak, soak
     from ..data import default_cache_dir
     from ..data.negatives import load_negatives_shown
     from ..io import write_json

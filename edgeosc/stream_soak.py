@@ -10,7 +10,7 @@ from collections import deque
 
 import numpy as np
 
-from ..stream import Listener, Model
+from .stream import Listener, Model
 
 
 def rss_mib() -> float:
