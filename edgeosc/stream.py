@@ -337,6 +337,7 @@ class Listener:
         self._posts.append(post / post.sum())
         if self.trace is not None:
             self.trace.append((self.samples, self._posts[-1]))
+            self._replays.clear()  # a replay covers the trace as it was
         self.hops += 1
         return self._decide()
 
