@@ -11,13 +11,15 @@ from pathlib import Path
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
-    """Yield a temporary path beside `path`; on success it is renamed onto `path` (atomic on POSIX)."""
+    """Yield a temporary path beside `path`; on success it is renamed onto `path` (atomic on POSIX), with `path`'s
+    permissions if it existed, else 0644 (mkstemp's are 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -3,7 +3,6 @@ every figure labelled measured (on this machine or a board) or estimated (emulat
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -527,11 +526,6 @@ def readme_heading(r: dict) -> str:
     return f"Run `{r.get('run', '?')}` (report written {r.get('created', '?')}){where}:"
 
 
-def _publish(tmp: Path, path: Path) -> None:
-    """Before atomic_path renames `tmp` onto `path`: keep `path`'s permissions (mkstemp's are 0600)."""
-    os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-
-
 def write_readme(run_dir: str | Path, path: str | Path) -> list[Path]:
     """Replace the block between README_MARKERS in `path` with the run's heading and table (atomically); where the
     run has report/estimates.png, copy it (atomically) to README_PLOT beside `path` and show it under the table.
@@ -548,7 +542,6 @@ def write_readme(run_dir: str | Path, path: str | Path) -> list[Path]:
     if plot.is_file():
         with atomic_path(path.parent / README_PLOT) as tmp:
             shutil.copyfile(plot, tmp)
-            _publish(tmp, path.parent / README_PLOT)
         written.append(path.parent / README_PLOT)
         block += ["", f"![energy vs accuracy; attention cost vs T and d_osc]({README_PLOT.as_posix()})", "",
                   f"*From `{r.get('run', run_dir)}/report/estimates.png`: energy per inference (estimated) against "
@@ -558,5 +551,4 @@ def write_readme(run_dir: str | Path, path: str | Path) -> list[Path]:
     tail = rest.split(end)[1]
     with atomic_path(path) as tmp:
         tmp.write_text(f"{head}{begin}\n" + "\n".join(block) + f"\n{end}{tail}")
-        _publish(tmp, path)
     return written
