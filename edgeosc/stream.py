@@ -239,6 +239,17 @@ def fires(smoothed: np.ndarray, t: int, last: int | None, threshold: float, refr
     return k if smoothed[k] >= threshold and (last is None or t - last >= refractory) else None
 
 
+# the default smoothing: posteriors averaged over 300 ms of hops, whatever the hop (3 at 100 ms, 15 at 20 ms). On
+# keyword-free audio single-hop spikes are most false alarms: over 300 ms the recomputed whole-clip softmax keeps
+# 52% of keywords at <= 5 false alarms an hour where 60 ms kept 2% (docs/notebook.md#the-always-on-protocol-in-full)
+SMOOTH_MS = 300.0
+
+
+def smooth_hops(hop_ms: float) -> int:
+    """The default smoothing length at this hop: SMOOTH_MS of hops, at least one."""
+    return max(1, round(SMOOTH_MS / hop_ms))
+
+
 def half_hops(seconds: float, hop: int, sample_rate: int) -> int:
     """A duration in whole half hops, rounded up (at most a half hop more than asked)."""
     return math.ceil(round(2 * seconds * sample_rate / hop, 6))
@@ -249,14 +260,16 @@ class Listener:
 
     Decisions start once a whole window of the stream is in (after 1 s): a window padded with digital
     silence would make the onset of background noise look like a word. A detection needs a keyword class
-    (not _silence_ / _unknown_) whose posterior, averaged over the last `smooth` hops, reaches `threshold`;
+    (not _silence_ / _unknown_) whose posterior, averaged over the last `smooth` hops (default: SMOOTH_MS of
+    them), reaches `threshold`;
     after one, none for `refractory_s` (a word stays visible in the window for about a window length, so
     the default is the window's).
     """
 
-    def __init__(self, model: Model, hop_ms: float = 100.0, threshold: float = 0.7, smooth: int = 3,
+    def __init__(self, model: Model, hop_ms: float = 100.0, threshold: float = 0.7, smooth: int | None = None,
                  refractory_s: float | None = None, compare_full: bool = False, record: bool = False):
         cfg = self.cfg = model.feature_cfg
+        smooth = smooth_hops(hop_ms) if smooth is None else smooth
         hop = hop_ms * cfg.sample_rate / 1000
         self.hop = round(hop)
         new = self.hop // cfg.hop_length
@@ -428,7 +441,7 @@ def _model(model) -> Model:
     return model if isinstance(model, Model) else load_model(model)
 
 
-def listen_wav(model, wav_path, hop_ms: float = 100.0, *, threshold: float = 0.7, smooth: int = 3,
+def listen_wav(model, wav_path, hop_ms: float = 100.0, *, threshold: float = 0.7, smooth: int | None = None,
                refractory_s: float | None = None, compare_full: bool = True) -> tuple[list[Detection], dict]:
     """Stream a WAV file (any rate, channels averaged) through the listener, one hop at a time."""
     model = _model(model)
@@ -442,7 +455,7 @@ def listen_wav(model, wav_path, hop_ms: float = 100.0, *, threshold: float = 0.7
     return lis.detections, lis.stats()
 
 
-def listen_microphone(model, hop_ms: float = 100.0, *, threshold: float = 0.7, smooth: int = 3,
+def listen_microphone(model, hop_ms: float = 100.0, *, threshold: float = 0.7, smooth: int | None = None,
                       refractory_s: float | None = None, seconds: float | None = None, device=None,
                       on_detection: Callable[[Detection], None] | None = None) -> tuple[list[Detection], dict]:
     """Listen to the default (or given) input device until `seconds` have passed or Ctrl-C."""
@@ -495,7 +508,7 @@ def format_detections(detections: list[Detection], stats: dict) -> str:
     return "\n".join([format_detection(d) for d in detections] or ["no detections"]) + "\n" + format_latency(stats)
 
 
-def listen_command(model, wav=None, hop_ms: float = 100.0, threshold: float = 0.7, smooth: int = 3,
+def listen_command(model, wav=None, hop_ms: float = 100.0, threshold: float = 0.7, smooth: int | None = None,
                    mic: bool = False, echo: Callable[[str], None] = print,
                    window: int | None = None) -> tuple[list[Detection], dict]:
     """What `edgeosc listen MODEL (--wav FILE | --mic) [--window W]` does: run, echo detections and latencies."""

@@ -111,8 +111,8 @@ def _listen(lis: Listener, audio: np.ndarray, progress=None) -> Listener:
 
 
 def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: float = 20.0, threshold: float = 0.7,
-                    smooth: int = 3, refractory_s: float | None = None, max_clips: int | None = None, seed: int = 0,
-                    tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None,
+                    smooth: int | None = None, refractory_s: float | None = None, max_clips: int | None = None,
+                    seed: int = 0, tolerance_s: float = 1.0, wav_out: str | Path | None = None, progress=None,
                     thresholds=(), negatives: np.ndarray | None = None, context: np.ndarray | None = None,
                     smooths=(), trace_out: str | Path | None = None) -> dict:
     """Stream the long recording of `split` through `model` (a Listener with these settings) and score it; the
@@ -133,6 +133,7 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
     if any(s < 1 for s in smooths):
         raise StreamError(f"smoothing lengths must be >= 1, got {list(smooths)}")
     lis = Listener(model, hop_ms, threshold, smooth, refractory_s, record=bool(thresholds) or trace_out is not None)
+    smooth = lis.smooth  # the default's hops when not given (stream.smooth_hops)
     audio, events = long_recording(data, split, lis.front, max_clips, seed, context)
     sr = lis.cfg.sample_rate
     if wav_out is not None:

@@ -80,6 +80,12 @@ def test_detections_within_one_hop_of_the_keyword_ends(smooth):
         assert d.score == pytest.approx(2 / 3 if smooth == 3 else 1.0, abs=1e-6)  # 2 of 3 hops at 1
 
 
+def test_the_default_smoothing_is_300_ms_of_hops_whatever_the_hop():
+    """listen's 100 ms hops and stream-eval's 20 ms hops decide on the same span of posteriors by default."""
+    assert [Listener(band_model(), hop_ms=h).smooth for h in (20, 60, 100, 400)] == [15, 5, 3, 1]
+    assert Listener(band_model(), hop_ms=20, smooth=4).smooth == 4
+
+
 def test_a_replay_makes_the_decisions_of_a_live_run_at_any_threshold_and_smoothing():
     """One recorded pass stands for every (threshold, smoothing) run: the same detections, scores bit for bit (the
     average's sums in the live order), times and emission times, flush included. Posteriors that vary hop by hop."""

@@ -49,7 +49,8 @@ def deploy(run, target, out, check, suites):
 @click.option("--hop-ms", type=float, default=100.0, show_default=True,
               help="Window step (the window is the model's 1 s); a multiple of 20 ms.")
 @click.option("--threshold", type=float, default=0.7, show_default=True, help="Smoothed posterior to detect.")
-@click.option("--smooth", type=int, default=3, show_default=True, help="Posteriors averaged over this many hops.")
+@click.option("--smooth", type=click.IntRange(min=1), default=None,
+              help="Posteriors averaged over this many hops (default: 300 ms of them, 3 at 100 ms, 15 at 20 ms).")
 @click.option("--window", type=click.IntRange(min=1), default=None,
               help="A streaming checkpoint (trained with --window): frames its attention reads (default and at most "
                    "the trained window).")
@@ -84,7 +85,8 @@ def _whole_numbers(text: str) -> tuple[int, ...]:
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
 @click.option("--hop-ms", type=float, default=20.0, show_default=True, help="Decision step; a multiple of 20 ms.")
 @click.option("--threshold", type=float, default=0.7, show_default=True, help="Smoothed posterior to detect.")
-@click.option("--smooth", type=int, default=3, show_default=True, help="Posteriors averaged over this many hops.")
+@click.option("--smooth", type=click.IntRange(min=1), default=None,
+              help="Posteriors averaged over this many hops (default: 300 ms of them, 3 at 100 ms, 15 at 20 ms).")
 @click.option("--refractory-s", type=float, default=None,
               help="No detection for this long after one (default: the window, 1 s).")
 @click.option("--max-clips", type=click.IntRange(min=1), default=None,
