@@ -186,9 +186,9 @@ TARGETS_PER_HOUR = (1, 5, 10)  # the false-alarm rates recall is reported at
 
 
 def negative_scores(lis: Listener, hours: float, curve: list[dict], smooth: int | None = None) -> dict:
-    """False alarms on the `hours` of keyword-free audio `lis` heard (record=True), at its threshold and at each threshold of
-    `curve` (the positives' operating curve at the same smoothing, `smooth` or the listener's): the DET curve and
-    the best recall at <= 1, 5, 10 per hour."""
+    """False alarms on the `hours` of keyword-free audio `lis` heard (record=True), at its threshold and at each
+    threshold of `curve` (the positives' operating curve at the same smoothing, `smooth` or the listener's): the DET
+    curve and the best recall at <= 1, 5, 10 per hour."""
     det = []
     for c in curve:
         fa = len(lis.replay(c["threshold"], smooth))

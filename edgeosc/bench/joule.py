@@ -1,5 +1,6 @@
 """Accuracy per joule: each (kind, size)'s test accuracy over run folders against its estimated cost on a Cortex-M4
-(STM32L4R5): energy and latency per inference, flash and RAM, as a table and a plot (docs/results.md#accuracy-per-joule).
+(STM32L4R5): energy and latency per inference, flash and RAM, as a table and a plot
+(docs/results.md#accuracy-per-joule).
 
 The cost is an ESTIMATE: an untrained, calibrated int8 network of the run's model config as generated firmware,
 emulated instruction by instruction (bench/estimate); random weights price a network as trained ones do. Each
@@ -89,7 +90,8 @@ def format_table(rows: list[dict]) -> str:
     out = []
     for (dataset, quant) in sorted({(r["dataset"], r["quant"]) for r in rows}):
         out += [f"{dataset}, {quant}:", "",
-                "| kind | size | runs | accuracy (mean +- sd) | MACs | Mcycles | ms | mJ | x DS-CNN small | flash / RAM (B) |",
+                "| kind | size | runs | accuracy (mean +- sd) | MACs | Mcycles | ms | mJ | x DS-CNN small "
+                "| flash / RAM (B) |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted((r for r in rows if (r["dataset"], r["quant"]) == (dataset, quant)), key=lambda r: r["mj"]):
             x = "-" if r["x_baseline"] is None else f"{r['x_baseline']:.2f}x"
@@ -118,7 +120,8 @@ def plot(rows: list[dict], path: str | Path) -> Path:
             ax.errorbar([r["mj"] for r in pts], [r["accuracy"] for r in pts], yerr=[r["sd"] for r in pts],
                         marker="o", capsize=3, label=kind)
             for r in pts:
-                ax.annotate(r["size"], (r["mj"], r["accuracy"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+                ax.annotate(r["size"], (r["mj"], r["accuracy"]), textcoords="offset points", xytext=(4, -10),
+                            fontsize=7)
         ax.set(xscale="log", xlabel="energy per inference, mJ (Cortex-M4, STM32L4R5; estimated)",
                ylabel="test accuracy (%)", title=f"{dataset}, {quant}")
         for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):

@@ -98,9 +98,9 @@ def _whole_numbers(text: str) -> tuple[int, ...]:
               help="Also write the recording (16-bit WAV) and its keyword events (the same name, .json).")
 @click.option("--sweep", is_flag=True, help="Also the operating curve from the same pass: recall and false alarms "
               "per hour at thresholds 0.3 to 0.99.")
-@click.option("--smooths", callback=lambda ctx, param, value: _whole_numbers(value), default="", help="Also the operating curve (with --negatives-hours: the "
-              "DET curve and recall at 1, 5, 10 false alarms per hour) at each of these smoothing lengths, e.g. "
-              "1,3,10,25, from the same pass.")
+@click.option("--smooths", callback=lambda ctx, param, value: _whole_numbers(value), default="",
+              help="Also the operating curve (with --negatives-hours: the DET curve and recall at 1, 5, 10 false "
+              "alarms per hour) at each of these smoothing lengths, e.g. 1,3,10,25, from the same pass.")
 @click.option("--negatives-hours", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also stream this many hours of keyword-free audio (sentences of other words in the synthetic "
               "voices, noise, music-like tones; made once and cached) and report recall at 1, 5 and 10 false alarms "
