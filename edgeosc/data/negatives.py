@@ -11,7 +11,6 @@ _unknown_, the keyword-free audio a detector must learn to ignore).
 from __future__ import annotations
 
 import dataclasses
-
 import re
 from pathlib import Path
 
