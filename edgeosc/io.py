@@ -26,6 +26,16 @@ def atomic_path(path: str | Path):
             os.unlink(tmp)
 
 
+def save_figure(fig, path: str | Path) -> Path:
+    """Write a matplotlib figure atomically, in the format its suffix names (png without one), and close it."""
+    import matplotlib.pyplot as plt
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=120)
+    plt.close(fig)
+    return path
+
+
 def write_json(path: str | Path, obj) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .cbuild import firmware_name
 from .config import FLOAT_ONLY
-from .io import atomic_path, write_json
+from .io import atomic_path, save_figure, write_json
 
 
 LABELS = {"oscillator": "oscillator", "softmax": "softmax", "ds-cnn": "DS-CNN", "kuramoto": "Kuramoto"}
@@ -348,10 +348,7 @@ def plot_latency(r: dict, path: Path) -> Path | None:
     ax.legend()
     ax.set_title("Latency per runtime (measured)")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_estimates(r: dict, path: Path) -> Path | None:
@@ -387,10 +384,7 @@ def plot_estimates(r: dict, path: Path) -> Path | None:
                     title="Attention core cost vs T and d_osc (estimated)")
         axes[1].legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def write_report(run_dir: str | Path, folder: str | Path | None = None, board_results=()) -> Path:

@@ -20,7 +20,7 @@ import numpy as np
 from .config import SILENCE, UNKNOWN
 from .data.audio import write_wav
 from .data.clipset import ClipSet
-from .io import atomic_path, write_json
+from .io import atomic_path, save_figure, write_json
 from .stream import Detection, FrontEnd, Listener, Model, StreamError
 
 GAP_S = (0.2, 0.8)  # the quiet between two clips, uniform
@@ -227,10 +227,7 @@ def plot_det(res: dict, path: str | Path) -> Path:
            title=f"{res['model']}: DET curve")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    with atomic_path(Path(path)) as tmp:
-        fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def format_result(r: dict) -> str:

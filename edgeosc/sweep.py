@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .config import NOT_OSCILLATOR, DataConfig, FeatureConfig, ModelConfig, TrainConfig, from_dict, to_dict
-from .io import atomic_path, write_json
+from .io import atomic_path, save_figure, write_json
 
 SECTIONS = {"data": DataConfig, "features": FeatureConfig, "model": ModelConfig, "train": TrainConfig}
 
@@ -191,9 +191,7 @@ def plot_training(rows: list[dict], histories: dict[str, list[dict]], path: Path
     grad_ax.set(xlabel="epoch", ylabel="largest gradient norm in the epoch", yscale="log")
     loss_ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_accuracy(rows: list[dict], path: Path) -> None:
@@ -223,6 +221,4 @@ def plot_accuracy(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("test accuracy (%)")
     ax.legend()
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)

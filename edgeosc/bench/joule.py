@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ModelConfig, to_dict
-from ..io import atomic_path, write_json
+from ..io import save_figure, write_json
 
 CORE, DEVICE = "cortex-m4", "stm32l4r5"
 BASELINE = ("ds-cnn", "small")  # the yardstick of the "x DS-CNN small" column, where the runs have it
@@ -129,7 +129,4 @@ def plot(rows: list[dict], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(Path(path)) as tmp:
-        fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
