@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from edgeosc import cbuild
-from edgeosc.stream import Listener, Model
-from test_stream import band_model, burst_signal
+from edgeosc.stream import Listener
+from test_stream import burst_signal, wobbly
 
 SOURCE = cbuild.DETECTOR / "edgeosc_detector.c"
 
@@ -44,15 +44,6 @@ def detect(lib, posteriors: np.ndarray, keywords, smooth: int, threshold: float,
         if r:
             found.append((out.keyword, out.score, out.time, out.emitted))
     return found
-
-
-def wobbly() -> Model:
-    double = band_model()
-
-    def run(feats):  # the double's posteriors blurred by a hop-dependent amount: averages near the thresholds
-        post = np.exp(double.run(feats)) + np.abs(np.sin(feats.sum())) * 0.5
-        return np.log(post / post.sum())
-    return Model("wobbly", double.classes, double.feature_cfg, run)
 
 
 @pytest.mark.parametrize("smooth,threshold,refractory_s", [(1, 0.5, 1.0), (3, 0.45, 0.25), (5, 0.3, 0.0),

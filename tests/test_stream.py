@@ -65,6 +65,16 @@ def burst_signal() -> np.ndarray:
     return x
 
 
+def wobbly() -> Model:
+    """band_model's posteriors blurred by a hop-dependent amount: smoothed averages that land near thresholds."""
+    double = band_model()
+
+    def run(feats):
+        post = np.exp(double.run(feats)) + np.abs(np.sin(feats.sum())) * 0.5
+        return np.log(post / post.sum())
+    return Model("wobbly", double.classes, double.feature_cfg, run)
+
+
 @pytest.mark.parametrize("smooth", [1, 3])
 def test_detections_within_one_hop_of_the_keyword_ends(smooth):
     lis = Listener(band_model(), hop_ms=100, threshold=0.5, smooth=smooth)
@@ -89,13 +99,7 @@ def test_the_default_smoothing_is_300_ms_of_hops_whatever_the_hop():
 def test_a_replay_makes_the_decisions_of_a_live_run_at_any_threshold_and_smoothing():
     """One recorded pass stands for every (threshold, smoothing) run: the same detections, scores bit for bit (the
     average's sums in the live order), times and emission times, flush included. Posteriors that vary hop by hop."""
-    double = band_model()
-
-    def wobbly(feats):  # the double's posteriors blurred by a hop-dependent amount
-        post = np.exp(double.run(feats)) + np.abs(np.sin(feats.sum())) * 0.5
-        return np.log(post / post.sum())
-    model = Model("wobbly", double.classes, double.feature_cfg, wobbly)
-    x = burst_signal()
+    model, x = wobbly(), burst_signal()
     recorded = Listener(model, hop_ms=100, threshold=0.5, smooth=3, record=True)
     recorded.push(x)
     recorded.flush()
