@@ -41,6 +41,10 @@ class DataConfig:
     # always-on detectors: this many hours of keyword-free audio (data/negatives.py's training pool, never the
     # evaluation's), cut into 1 s clips labelled _unknown_, join the training split
     negatives_hours: float = 0.0
+    # hard-negative mining: the windows of this many hours of the same training pool on which the checkpoint
+    # `hard_negatives_from` says a keyword (its false alarms) join the training split as _unknown_ too
+    hard_negatives_hours: float = 0.0
+    hard_negatives_from: str = ""
 
     def __post_init__(self):
         if self.dataset not in DATASETS:
@@ -52,6 +56,9 @@ class DataConfig:
             raise ValueError(f"dataset {self.dataset!r} needs --data-dir pointing at your download")
         if self.negatives_hours < 0:
             raise ValueError(f"negatives_hours must be >= 0, got {self.negatives_hours}")
+        if self.hard_negatives_hours < 0 or bool(self.hard_negatives_hours) != bool(self.hard_negatives_from):
+            raise ValueError("hard-negative mining needs both hard_negatives_hours > 0 and hard_negatives_from (the "
+                             "checkpoint whose false alarms are mined)")
         if self.synth_mix and (self.dataset == "synth" or self.task == "all"):
             raise ValueError("synth_mix adds synthetic voices to real speech: fsdd, or speech-commands task 12")
 

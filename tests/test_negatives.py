@@ -91,3 +91,47 @@ def test_training_negatives_join_the_training_split_as_unknown(tmp_path):
                                        5 / 3600, 1, tmp_path, False)  # a task without one (FSDD) gets _unknown_
     assert digits.classes == ("x", "y", "z", UNKNOWN) and (digits.labels[new] == 3).all()
     assert N.with_unknown_class(more) is more
+
+
+def test_mining_keeps_the_strongest_windows_apart():
+    scores = np.array([0.05, 0.3, 0.9, 0.4, 0.2, 0.0, 0.6, 0.7, 0.1, 0.95])
+    assert N.strongest_apart(scores, 0.1, 1) == [9, 2, 7, 4]  # 3 and 1 sit beside 2, 6 beside 7, 8 beside 9
+    assert N.strongest_apart(scores, 0.5, 0) == [9, 2, 7, 6] and N.strongest_apart(scores, 0.99, 2) == []
+
+
+def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
+    """A model that calls everything "yes" is wrong on every window: one is mined per 0.5 s and they join the
+    training split as _unknown_; one that calls everything _unknown_ yields none. Cached by the checkpoint."""
+    import torch
+
+    from edgeosc.config import SILENCE, UNKNOWN, DataConfig, FeatureConfig, ModelConfig, TrainConfig
+    from edgeosc.data import ClipSet
+    from edgeosc.train import train
+    classes = (SILENCE, UNKNOWN, "yes")
+    data = ClipSet(np.zeros((6, SR), np.int16), np.arange(6) % 3, np.array(list("abcdef")),
+                   np.array(["train", "train", "train", "val", "val", "test"]), classes)
+    hours = 4 / 3600  # 4 s of the training pool: windows start every 50 ms up to 3 s
+    for says in ("yes", UNKNOWN):
+        def build(cfg, batches, device, says=says):
+            from edgeosc.models.kws import build_model
+            net = build_model(cfg)
+            with torch.no_grad():
+                net.head.weight.zero_()
+                net.head.bias.copy_(torch.tensor([0.0, 0.0, 0.0]).index_fill(0, torch.tensor(classes.index(says)), 9))
+            return net
+        run = tmp_path / says.strip("_")
+        train(data, run, model_cfg=ModelConfig(), feature_cfg=FeatureConfig(), train_cfg=TrainConfig(epochs=0),
+              data_cfg=DataConfig(), progress=False, build=build)
+        more = N.with_hard_negatives(data, run / "best.pt", hours, seed=0, cache_dir=tmp_path, progress=False)
+        mined = more.meta["hard_negatives"]["clips"]
+        assert mined == (7 if says == "yes" else 0) and len(more.audio) == 6 + mined
+        assert (more.labels[6:] == 1).all() and (more.split[6:] == "train").all() and (more.groups[6:] == "hard-negatives").all()
+    pool = N.load_negatives(hours, 0, tmp_path, pool="train")
+    starts = [i * SR // 2 for i in range(7)]  # every tenth 50 ms window: all score the same, the first is kept
+    yes = N.with_hard_negatives(data, tmp_path / "yes" / "best.pt", hours, 0, tmp_path, False)
+    assert sorted(map(bytes, yes.audio[6:])) == sorted(bytes(np.round(pool[s:s + SR] * 32767).astype(np.int16))
+                                                        for s in starts)
+    assert len(list((tmp_path / "hard-negatives").glob("*.npz"))) == 2
+    with pytest.raises(ValueError, match="classes"):
+        N.with_hard_negatives(ClipSet(data.audio, data.labels, data.groups, data.split, ("x", "y", "z")),
+                              tmp_path / "yes" / "best.pt", hours, 0, tmp_path, False)

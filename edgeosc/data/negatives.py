@@ -249,3 +249,82 @@ def with_training_negatives(data, hours: float, seed: int, cache_dir: Path, prog
     audio = np.round(x[: n * clip].reshape(n, clip) * 32767).astype(np.int16)
     return data.extended(audio, np.full(n, data.classes.index(UNKNOWN)), np.full(n, "negatives"),
                          np.full(n, "train"), negatives=dict(clips=n, hours=hours, seed=seed, pool="train"))
+
+
+MINE_HOP_S = 0.05  # windows of the training pool scored this far apart
+MINE_THRESHOLD = 0.1  # a window is a hard negative when some keyword's posterior reaches this
+MINE_SPACING_S = 0.5  # at most one mined window per half second (the strongest): a spike's neighbours say the same
+
+
+def strongest_apart(scores: np.ndarray, threshold: float, reach: int) -> list[int]:
+    """Indices of the scores >= threshold, strongest first, each more than `reach` places from every one taken
+    before it (a false alarm's neighbouring windows say the same thing)."""
+    chosen, free = [], np.ones(len(scores), bool)
+    for w in np.argsort(-scores, kind="stable"):
+        if scores[w] < threshold:
+            break
+        if free[w]:
+            chosen.append(int(w))
+            free[max(0, w - reach): w + reach + 1] = False
+    return chosen
+
+
+def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_dir: Path, progress: bool = True,
+                        batch: int = 256) -> tuple[np.ndarray, dict]:
+    """Hard-negative mining: the windows of `hours` of the training pool (1 s, every MINE_HOP_S) on which the
+    checkpoint's model says a keyword with posterior >= MINE_THRESHOLD, the strongest per MINE_SPACING_S: the false
+    alarms of a detector, for training the next. -> (int16 clips [n, 1 s], what was mined). Cached by the
+    checkpoint's hash and the settings (cache_dir/hard-negatives)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from ..checkpoint import load_checkpoint
+    from ..config import SILENCE, UNKNOWN
+    from ..features import FeatureExtractor
+    from ..io import sha256_file
+
+    digest = sha256_file(checkpoint)
+    meta = dict(checkpoint=str(checkpoint), sha256=digest, hours=hours, seed=seed, hop_s=MINE_HOP_S,
+                threshold=MINE_THRESHOLD, spacing_s=MINE_SPACING_S)
+    path = Path(cache_dir) / "hard-negatives" / f"v{VERSION}-{digest[:16]}-{hours:g}h-seed{seed}.npz"
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return z["clips"], dict(meta, clips=len(z["clips"]), scores=z["scores"].tolist())
+        except (OSError, ValueError, KeyError):
+            path.unlink()  # a damaged cache file: mined again below
+    ckpt = load_checkpoint(checkpoint)
+    keywords = [i for i, c in enumerate(ckpt.classes) if c not in (SILENCE, UNKNOWN)]
+    model, features = ckpt.model.eval(), FeatureExtractor(ckpt.feature_cfg)
+    clip, hop = ckpt.feature_cfg.clip_samples, round(MINE_HOP_S * ckpt.feature_cfg.sample_rate)
+    x = torch.from_numpy(load_negatives_shown(hours, seed, cache_dir, "training negatives", progress, pool="train"))
+    windows = x.unfold(0, clip, hop)  # [n, clip], a view
+    scores = torch.empty(len(windows))
+    with torch.no_grad():
+        for i in tqdm(range(0, len(windows), batch), desc="mining hard negatives", leave=False, disable=not progress):
+            scores[i:i + batch] = model(features(windows[i:i + batch])).softmax(-1)[:, keywords].amax(-1)
+    chosen = strongest_apart(scores.numpy(), MINE_THRESHOLD, round(MINE_SPACING_S / MINE_HOP_S) - 1)
+    clips = np.round(windows[chosen].numpy() * 32767).astype(np.int16)  # the pool's own samples (it was int16)
+    picked = scores.numpy()[chosen]
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, clips=clips, scores=picked)
+    return clips, dict(meta, clips=len(clips), scores=picked.tolist())
+
+
+def with_hard_negatives(data, checkpoint: str | Path, hours: float, seed: int, cache_dir: Path,
+                        progress: bool = True):
+    """`data` plus the hard negatives `checkpoint` makes on `hours` of the training pool (mine_hard_negatives), in
+    the training split as _unknown_. The checkpoint must be a model of these classes."""
+    from ..checkpoint import CheckpointError, load_checkpoint
+    from ..config import UNKNOWN
+    data = with_unknown_class(data)
+    classes = load_checkpoint(checkpoint).classes
+    if tuple(classes) != tuple(data.classes):
+        raise CheckpointError(f"{checkpoint}: mining hard negatives needs a model of this task's classes "
+                              f"{list(data.classes)}; it has {list(classes)}")
+    clips, meta = mine_hard_negatives(checkpoint, hours, seed, cache_dir, progress)
+    n = len(clips)
+    summary = {k: v for k, v in meta.items() if k != "scores"}
+    return data.extended(clips, np.full(n, data.classes.index(UNKNOWN)), np.full(n, "hard-negatives"),
+                         np.full(n, "train"), hard_negatives=summary)
