@@ -215,3 +215,12 @@ def qat_builder(source: str | Path, quant_cfg: QuantConfig):
 
 def read_results(folder: str | Path) -> dict:
     return json.loads((Path(folder) / "results.json").read_text())
+
+
+def finished_runs(roots):
+    """(folder, results) of each finished run under `roots` (run folders or folders holding them): a folder with
+    results.json beside best.pt (a sweep's own results.json is not a run)."""
+    for root in roots:
+        for res_file in sorted(Path(root).rglob("results.json")):
+            if (res_file.parent / "best.pt").is_file():
+                yield res_file.parent, read_results(res_file.parent)

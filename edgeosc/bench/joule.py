@@ -52,18 +52,15 @@ def collect(run_dirs) -> dict:
     """Run folders (or folders holding them) -> {(dataset, quant, kind, size): dict(acc=[...], cfg, n_frames)}, each
     run's test accuracy in percent; a run is a folder with results.json and best.pt."""
     from ..checkpoint import load_checkpoint
-    from ..train import read_results
+    from ..train import finished_runs
     groups: dict = defaultdict(lambda: dict(acc=[]))
-    for root in run_dirs:
-        for res_file in sorted(Path(root).rglob("results.json")):
-            if not (res_file.parent / "best.pt").is_file():
-                continue
-            res, ckpt = read_results(res_file.parent), load_checkpoint(res_file.parent / "best.pt")
-            g = groups[(res.get("dataset") or ckpt.data_cfg.dataset, res.get("quant") or "float", res["attention"],
-                        res["size"])]
-            g["acc"].append(100 * res["test_accuracy"])
-            g.setdefault("cfg", ckpt.model_cfg)
-            g.setdefault("n_frames", ckpt.feature_cfg.n_frames)
+    for folder, res in finished_runs(run_dirs):
+        ckpt = load_checkpoint(folder / "best.pt")
+        g = groups[(res.get("dataset") or ckpt.data_cfg.dataset, res.get("quant") or "float", res["attention"],
+                    res["size"])]
+        g["acc"].append(100 * res["test_accuracy"])
+        g.setdefault("cfg", ckpt.model_cfg)
+        g.setdefault("n_frames", ckpt.feature_cfg.n_frames)
     return dict(groups)
 
 

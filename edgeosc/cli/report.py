@@ -72,18 +72,14 @@ def report_seeds(run_dirs, as_json):
     Grouped by dataset, attention, size, d_osc, p. RUN_DIRS are run folders or folders holding them (searched for results.json).
     """
     from ..checkpoint import load_checkpoint
-    from ..train import read_results
+    from ..train import finished_runs
     groups = defaultdict(list)
-    for root in run_dirs:
-        for res_file in sorted(Path(root).rglob("results.json")):
-            if not (res_file.parent / "best.pt").is_file():
-                continue  # a sweep's own table, not a run
-            res = read_results(res_file.parent)
-            dataset = res.get("dataset") or load_checkpoint(res_file.parent / "best.pt").data_cfg.dataset
-            attention = res["attention"] + (f" {res['quant']}" if res.get("quant") else "")  # QAT/PTQ apart
-            key = (dataset, attention, res["size"], res["d_osc"] if res["attention"] == "oscillator" else "-",
-                   res["p"] if res["attention"] == "oscillator" else "-")
-            groups[key].append(100 * res["test_accuracy"])
+    for folder, res in finished_runs(run_dirs):
+        dataset = res.get("dataset") or load_checkpoint(folder / "best.pt").data_cfg.dataset
+        attention = res["attention"] + (f" {res['quant']}" if res.get("quant") else "")  # QAT/PTQ apart
+        key = (dataset, attention, res["size"], res["d_osc"] if res["attention"] == "oscillator" else "-",
+               res["p"] if res["attention"] == "oscillator" else "-")
+        groups[key].append(100 * res["test_accuracy"])
     if not groups:
         raise click.ClickException(f"no results.json under {', '.join(run_dirs)}")
     rows = [dict(dataset=k[0], attention=k[1], size=k[2], d_osc=k[3], p=k[4], n=len(v), mean=statistics.mean(v),
