@@ -135,3 +135,24 @@ def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
     with pytest.raises(ValueError, match="classes"):
         N.with_hard_negatives(ClipSet(data.audio, data.labels, data.groups, data.split, ("x", "y", "z")),
                               tmp_path / "yes" / "best.pt", hours, 0, tmp_path, False)
+
+
+def test_a_streaming_model_is_mined_as_the_stream_hears_it():
+    """stream_scores runs the pool in chunks, each after the frames its first frame still sees: every frame's score
+    is the one-pass stream's, from the first frame with a whole window behind it."""
+    import torch
+
+    from edgeosc.config import FeatureConfig, ModelConfig
+    from edgeosc.features import FeatureExtractor
+    from edgeosc.models.kws import build_model
+    torch.manual_seed(0)
+    features = FeatureExtractor(FeatureConfig(normalize="running"))
+    for attention in ("oscillator", "softmax"):
+        model = build_model(ModelConfig(attention=attention, window=49, n_classes=4)).eval()
+        x = torch.from_numpy(noise(9.0, seed=3).astype(np.float32))
+        with torch.no_grad():
+            scores, starts, hop = N.stream_scores(model, features, x, [2, 3], chunk_s=1.3, progress=False)
+            whole = model(features.stream(x[None]), per_frame=True)[0].softmax(-1)[:, 2:].amax(-1).numpy()
+        # frame 48 is the first with 49 frames (a clip's) behind it; its window starts at sample 0
+        assert hop == 320 and starts[0] == 0 and starts[-1] + SR <= len(x) and len(scores) == len(starts)
+        assert np.allclose(scores, whole[48:48 + len(scores)], atol=1e-5) and np.all(np.diff(starts) == hop)

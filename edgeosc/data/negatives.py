@@ -251,9 +251,11 @@ def with_training_negatives(data, hours: float, seed: int, cache_dir: Path, prog
                          np.full(n, "train"), negatives=dict(clips=n, hours=hours, seed=seed, pool="train"))
 
 
-MINE_HOP_S = 0.05  # windows of the training pool scored this far apart
+MINE_HOP_S = 0.05  # whole-clip models: 1 s windows of the training pool scored this far apart
+MINE_CHUNK_S = 30.0  # streaming models: the pool run as a stream this many seconds at a time
 MINE_THRESHOLD = 0.1  # a window is a hard negative when some keyword's posterior reaches this
 MINE_SPACING_S = 0.5  # at most one mined window per half second (the strongest): a spike's neighbours say the same
+MINE_VERSION = 2  # bump whenever mining changes: cached mined windows are mined again (2: streams heard as streams)
 
 
 def strongest_apart(scores: np.ndarray, threshold: float, reach: int) -> list[int]:
@@ -269,14 +271,49 @@ def strongest_apart(scores: np.ndarray, threshold: float, reach: int) -> list[in
     return chosen
 
 
-def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_dir: Path, progress: bool = True,
-                        batch: int = 256) -> tuple[np.ndarray, dict]:
-    """Hard-negative mining: the windows of `hours` of the training pool (1 s, every MINE_HOP_S) on which the
-    checkpoint's model says a keyword with posterior >= MINE_THRESHOLD, the strongest per MINE_SPACING_S: the false
-    alarms of a detector, for training the next. -> (int16 clips [n, 1 s], what was mined). Cached by the
-    checkpoint's hash and the settings (cache_dir/hard-negatives)."""
+def window_scores(model, features, x, keywords, batch: int = 256, progress: bool = True):
+    """A whole-clip model's keyword posterior (the largest) on each 1 s window of x every MINE_HOP_S, each window a
+    clip -> (scores, each window's first sample, the step between windows in samples)."""
     import torch
     from tqdm.auto import tqdm
+    clip, step = features.cfg.clip_samples, round(MINE_HOP_S * features.cfg.sample_rate)
+    windows = x.unfold(0, clip, step)  # [n, clip], a view
+    scores = torch.empty(len(windows))
+    for i in tqdm(range(0, len(windows), batch), desc="mining hard negatives", leave=False, disable=not progress):
+        scores[i:i + batch] = model(features(windows[i:i + batch])).softmax(-1)[:, keywords].amax(-1)
+    return scores.numpy(), step * np.arange(len(windows)), step
+
+
+def stream_scores(model, features, x, keywords, chunk_s: float = MINE_CHUNK_S, progress: bool = True):
+    """A streaming model's keyword posterior (the largest) at every frame of x heard as one stream, as the listener
+    hears it (its features' sliding mean, each layer's window), from the first frame with a whole window behind
+    it -> (scores, the first sample of each frame's window of n_frames, the hop in samples). Run `chunk_s` at a time, each chunk after the frames
+    its first frame still depends on (feature mean, stem, each block's window, the pooling)."""
+    import torch
+    from tqdm.auto import tqdm
+    cfg, net = features.cfg, model.cfg
+    hop, length = cfg.hop_length, cfg.frame_length
+    reach = (cfg.n_frames - 1) + 2 + (net.blocks + 1) * (net.window - 1)  # frames of the past a frame's logits see
+    frames, chunk = (len(x) - length) // hop + 1, max(cfg.n_frames, round(chunk_s * cfg.sample_rate / hop))
+    scores = []
+    for f0 in tqdm(range(0, frames, chunk), desc="mining hard negatives", leave=False, disable=not progress):
+        f1 = min(frames, f0 + chunk)
+        first = max(0, min(f0 - reach, f1 - cfg.n_frames))  # and at least one clip of audio
+        feats = features.stream(x[first * hop: (f1 - 1) * hop + length][None])
+        scores.append(model(feats, per_frame=True)[0, f0 - first:].softmax(-1)[:, keywords].amax(-1))
+    starts = hop * (np.arange(frames) - (cfg.n_frames - 1))  # the listener decides once a whole window is in
+    whole = (starts >= 0) & (starts + cfg.clip_samples <= len(x))
+    return torch.cat(scores).numpy()[whole], starts[whole], hop
+
+
+def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_dir: Path,
+                        progress: bool = True) -> tuple[np.ndarray, dict]:
+    """Hard-negative mining: the 1 s windows of `hours` of the training pool on which the checkpoint's model says a
+    keyword with posterior >= MINE_THRESHOLD, the strongest per MINE_SPACING_S: a detector's false alarms, for
+    training the next. A streaming model hears the pool as a stream (every frame, stream_scores), a whole-clip model
+    sees a window every MINE_HOP_S (window_scores). -> (int16 clips [n, 1 s], what was mined). Cached by the
+    checkpoint's hash and the settings (cache_dir/hard-negatives)."""
+    import torch
 
     from ..checkpoint import load_checkpoint
     from ..config import SILENCE, UNKNOWN
@@ -284,9 +321,9 @@ def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_d
     from ..io import sha256_file
 
     digest = sha256_file(checkpoint)
-    meta = dict(checkpoint=str(checkpoint), sha256=digest, hours=hours, seed=seed, hop_s=MINE_HOP_S,
-                threshold=MINE_THRESHOLD, spacing_s=MINE_SPACING_S)
-    path = Path(cache_dir) / "hard-negatives" / f"v{VERSION}-{digest[:16]}-{hours:g}h-seed{seed}.npz"
+    meta = dict(checkpoint=str(checkpoint), sha256=digest, hours=hours, seed=seed, threshold=MINE_THRESHOLD,
+                spacing_s=MINE_SPACING_S)
+    path = Path(cache_dir) / "hard-negatives" / f"v{VERSION}.{MINE_VERSION}-{digest[:16]}-{hours:g}h-seed{seed}.npz"
     if path.is_file():
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -296,16 +333,16 @@ def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_d
     ckpt = load_checkpoint(checkpoint)
     keywords = [i for i, c in enumerate(ckpt.classes) if c not in (SILENCE, UNKNOWN)]
     model, features = ckpt.model.eval(), FeatureExtractor(ckpt.feature_cfg)
-    clip, hop = ckpt.feature_cfg.clip_samples, round(MINE_HOP_S * ckpt.feature_cfg.sample_rate)
     x = torch.from_numpy(load_negatives_shown(hours, seed, cache_dir, "training negatives", progress, pool="train"))
-    windows = x.unfold(0, clip, hop)  # [n, clip], a view
-    scores = torch.empty(len(windows))
     with torch.no_grad():
-        for i in tqdm(range(0, len(windows), batch), desc="mining hard negatives", leave=False, disable=not progress):
-            scores[i:i + batch] = model(features(windows[i:i + batch])).softmax(-1)[:, keywords].amax(-1)
-    chosen = strongest_apart(scores.numpy(), MINE_THRESHOLD, round(MINE_SPACING_S / MINE_HOP_S) - 1)
-    clips = np.round(windows[chosen].numpy() * 32767).astype(np.int16)  # the pool's own samples (it was int16)
-    picked = scores.numpy()[chosen]
+        scores, starts, step = (stream_scores if ckpt.model_cfg.window else window_scores)(
+            model, features, x, keywords, progress=progress)
+    spacing = max(0, round(MINE_SPACING_S * features.cfg.sample_rate / step) - 1)
+    chosen = strongest_apart(scores, MINE_THRESHOLD, spacing)
+    clip = features.cfg.clip_samples
+    clips = np.stack([np.round(x[s: s + clip].numpy() * 32767).astype(np.int16) for s in starts[chosen]]) if chosen \
+        else np.zeros((0, clip), np.int16)  # the pool's own samples (it was int16)
+    picked = scores[chosen]
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, clips=clips, scores=picked)
