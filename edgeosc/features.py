@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .config import FeatureConfig
+from .config import CAUSAL_NORMALIZE, FeatureConfig
 from .frontend import ACTIVE_DB, LOG_OFFSET, mfcc_constants, nats
 
 
@@ -48,17 +48,17 @@ class FeatureExtractor(torch.nn.Module):
 
     def stream(self, wave: torch.Tensor) -> torch.Tensor:
         """A stream's features, as the listener gives a streaming model each new frame: [B, S] samples of any
-        length >= one clip -> [B, frames, n_coeffs], each frame less the mean of the last n_frames frames up to it
-        (within the first n_frames, of the frames so far: a clip's "running" features)."""
+        length >= one clip -> [B, frames, n_coeffs]; "running": each frame less the mean of the last n_frames frames
+        up to it (within the first n_frames, of the frames so far: a clip's "running" features); "none": as they are."""
         cfg = self.cfg
-        if cfg.normalize != "running":
-            raise ValueError(f"stream features need normalize 'running' (a stream cannot look ahead), not "
-                             f"{cfg.normalize!r}")
+        if cfg.normalize not in CAUSAL_NORMALIZE:
+            raise ValueError(f"stream features need normalize {' or '.join(map(repr, CAUSAL_NORMALIZE))} (a stream "
+                             f"cannot look ahead), not {cfg.normalize!r}")
         if wave.ndim != 2 or wave.shape[1] < cfg.clip_samples or not wave.is_floating_point():
             raise ValueError(f"expected float samples [B, >= {cfg.clip_samples}], got {tuple(wave.shape)} "
                              f"{wave.dtype}")
         feats = self._unnormalised(wave.to(torch.float32))
-        return feats - self._running_mean(feats, cfg.n_frames)
+        return feats - self._running_mean(feats, cfg.n_frames) if cfg.normalize == "running" else feats
 
     def _unnormalised(self, x: torch.Tensor) -> torch.Tensor:
         """[B, S] -> [B, F, n_coeffs] log-mels (or MFCCs) before any normalisation."""

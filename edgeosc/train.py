@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
-from .config import DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, to_dict
+from .config import CAUSAL_NORMALIZE, DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, to_dict
 from .data.clipset import ClipSet
 from .evaluate import Batches, evaluate, pick_device
 from .features import FeatureExtractor
@@ -87,9 +87,9 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     as best.pt (post-training quantization).
     """
     out_dir = Path(out_dir)
-    if train_cfg.stream_clips and (not model_cfg.window or feature_cfg.normalize != "running"):
+    if train_cfg.stream_clips and (not model_cfg.window or feature_cfg.normalize not in CAUSAL_NORMALIZE):
         raise ValueError("train.stream_clips trains on streams: it needs a streaming model (model.window > 0) and "
-                         "features a stream can compute (features.normalize 'running')")
+                         f"features a stream can compute (features.normalize one of {CAUSAL_NORMALIZE})")
     device = pick_device(train_cfg.device)
     model_cfg = resolve(dataclasses.replace(model_cfg, n_classes=len(data.classes), n_frames=feature_cfg.n_frames,
                                             n_coeffs=feature_cfg.n_coeffs))

@@ -74,7 +74,10 @@ def test_stream_clips_train_on_streams_and_need_a_streaming_model(tones, data_cf
         assert torch.allclose(stream[:, end], fx(window)[:, -1], atol=1e-5)
     with pytest.raises(ValueError, match="streaming model"):
         run(tones, data_cfg, tmp_path / "whole", train_cfg=cfg)
-    with pytest.raises(ValueError, match="normalize 'running'"):  # the clip's mean looks ahead
+    none = FeatureExtractor(dataclasses.replace(features, normalize="none"))  # no mean: a stream is its clips' frames
+    assert torch.allclose(none.stream(wave)[:, features.n_frames:2 * features.n_frames],
+                          none(wave[:, features.n_frames * features.hop_length:][:, :features.clip_samples]))
+    with pytest.raises(ValueError, match="a stream can compute"):  # the clip's mean looks ahead
         train(tones, tmp_path / "utt", model_cfg=streaming, feature_cfg=FeatureConfig(), train_cfg=cfg,
               data_cfg=data_cfg, progress=False)
     with pytest.raises(ValueError, match="stream_clips"):
