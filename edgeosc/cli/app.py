@@ -129,7 +129,7 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--mine-with", "data.hard_negatives_from", "The checkpoint whose false alarms --mine-negatives mines"),
     ("--stream-clips", "train.stream_clips", "Streaming models: train on streams, each clip after this many others "
      "as one recording with the listener's features, so its frames see the past a stream gives them (0: off; "
-     "needs --normalize running)"),
+     "needs --normalize running or none)"),
     ("--seed", "train.seed", "Training seed"),
     ("--device", "train.device", "Device"),
     ("--init-from", "train.init_from", "Start from the weights of a float checkpoint of the same network (e.g. "
