@@ -1,4 +1,5 @@
 """WAV decoding, clip conversion, tolerant batch loading and waveform augmentation."""
+import dataclasses
 import logging
 import struct
 
@@ -183,3 +184,21 @@ def test_speed_perturb_scales_pitch_and_keeps_length():
     assert torch.isfinite(out).all() and (out[:, :1000] == 0).all()  # sped up: the ends are silence
     same = speed_perturb(tone, AugmentConfig(speed=(1.0, 1.0)), torch.Generator())
     torch.testing.assert_close(same, tone)
+
+
+def test_tilt_colours_the_spectrum_and_keeps_the_level():
+    from edgeosc.data.augment import tilt
+    t = torch.arange(16000) / 16000
+    low, high = torch.sin(2 * torch.pi * 200 * t), torch.sin(2 * torch.pi * 6000 * t)
+    x = (low + high).repeat(64, 1)
+    y = tilt(x, 0.6, torch.Generator().manual_seed(0))
+    rms = lambda v: v.square().mean(1).sqrt()  # noqa: E731
+    torch.testing.assert_close(rms(y), rms(x))
+    spec = torch.fft.rfft(y).abs()  # bins of 1 Hz: the two tones' share of the energy moves one way or the other
+    ratio = spec[:, 6000] / spec[:, 200]
+    assert (ratio > 1.5).any() and (ratio < 1 / 1.5).any() and ratio.max() < 1.6 / 0.4 + 1e-3
+    off = AugmentConfig(noise_prob=0.0, time_shift_ms=0.0, gain_db=(0.0, 0.0))
+    torch.testing.assert_close(augment(x, off, torch.Generator().manual_seed(1)), x.clamp(-1, 1))
+    assert not torch.allclose(augment(x, dataclasses.replace(off, tilt=0.6), torch.Generator()), x.clamp(-1, 1))
+    with pytest.raises(ValueError, match="tilt"):
+        AugmentConfig(tilt=1.0)

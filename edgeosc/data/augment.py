@@ -1,4 +1,5 @@
-"""Batch augmentation: time shift, background noise at a random SNR, random gain; SpecAugment masks."""
+"""Batch augmentation: speed, spectral tilt, time shift, background noise at a random SNR, random gain; SpecAugment
+masks."""
 from __future__ import annotations
 
 import torch
@@ -18,6 +19,8 @@ def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
     """Augment a [B, S] float batch in [-1, 1]; deterministic given the generator's state."""
     if tuple(cfg.speed) != (1.0, 1.0):  # drawn only when on, so other settings' draws stay as they were
         wave = speed_perturb(wave, cfg, generator)
+    if cfg.tilt:
+        wave = tilt(wave, cfg.tilt, generator)
     b, s = wave.shape
     dev, gdev = wave.device, generator.device
     # Every draw happens for every row, in a fixed order, so results depend only on the seed.
@@ -45,6 +48,15 @@ def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
     scale = torch.sqrt(p_sig / (p_noise * 10.0 ** (snr_db / 10.0))) * use_noise
     x = torch.addcmul(x, scale[:, None], seg)  # x is a fresh tensor from here on: in-place is safe
     return x.mul_((10.0 ** (gain_db / 20.0))[:, None]).clamp_(-1.0, 1.0)
+
+
+def tilt(wave: torch.Tensor, most: float, generator: torch.Generator) -> torch.Tensor:
+    """Each [B, S] clip through y[n] = x[n] - a x[n-1] with a uniform in [-most, most] (x[-1] = 0), its RMS kept: a
+    first-order spectral tilt, the colour another microphone or vocal tract gives."""
+    a = _uniform((-most, most), wave.shape[0], generator).to(wave.device)[:, None]
+    y = wave - a * torch.nn.functional.pad(wave, (1, 0))[:, :-1]
+    rms = lambda x: x.square().mean(1, keepdim=True).sqrt().clamp_min(1e-8)  # noqa: E731
+    return y * (rms(wave) / rms(y))
 
 
 def speed_perturb(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator) -> torch.Tensor:
