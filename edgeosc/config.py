@@ -16,7 +16,7 @@ POLYNOMIAL_MAPS = ("taylor2", "cos2")  # positive maps with a finite feature map
 PHASE_MAPS, PHASE_READOUTS = ("angle", "tanh", "linear"), ("linear", "prototype")  # the Kuramoto network's
 FORMS = ("direct", "linear")  # the oscillator core: T x T passes, or sums over keys (models/attention.py)
 NORMALIZE_MODES = ("none", "utterance", "active", "running")  # features.py: which per-band mean each clip loses
-CAUSAL_NORMALIZE = ("running", "none")  # the modes a stream can compute (none looks ahead)
+CAUSAL_NORMALIZE = ("running", "none")  # the modes a stream can compute (neither looks ahead)
 
 
 DATASETS = ("synth", "speech-commands", "fsdd")

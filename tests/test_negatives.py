@@ -125,7 +125,8 @@ def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
         more = N.with_hard_negatives(data, run / "best.pt", hours, seed=0, cache_dir=tmp_path, progress=False)
         mined = more.meta["hard_negatives"]["clips"]
         assert mined == (7 if says == "yes" else 0) and len(more.audio) == 6 + mined
-        assert (more.labels[6:] == 1).all() and (more.split[6:] == "train").all() and (more.groups[6:] == "hard-negatives").all()
+        assert (more.labels[6:] == 1).all() and (more.split[6:] == "train").all()
+        assert (more.groups[6:] == "hard-negatives").all()
     pool = N.load_negatives(hours, 0, tmp_path, pool="train")
     starts = [i * SR // 2 for i in range(7)]  # every tenth 50 ms window: all score the same, the first is kept
     yes = N.with_hard_negatives(data, tmp_path / "yes" / "best.pt", hours, 0, tmp_path, False)

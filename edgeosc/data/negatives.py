@@ -286,9 +286,9 @@ def window_scores(model, features, x, keywords, batch: int = 256, progress: bool
 
 def stream_scores(model, features, x, keywords, chunk_s: float = MINE_CHUNK_S, progress: bool = True):
     """A streaming model's keyword posterior (the largest) at every frame of x heard as one stream, as the listener
-    hears it (its features' sliding mean, each layer's window), from the first frame with a whole window behind
-    it -> (scores, the first sample of each frame's window of n_frames, the hop in samples). Run `chunk_s` at a time, each chunk after the frames
-    its first frame still depends on (feature mean, stem, each block's window, the pooling)."""
+    hears it (its features' sliding mean, each layer's window), from the first frame with a whole window behind it
+    -> (scores, the first sample of each frame's window of n_frames, the hop in samples). Run `chunk_s` at a time,
+    each chunk after the frames its first frame still depends on (feature mean, stem, each block's window, pooling)."""
     import torch
     from tqdm.auto import tqdm
     cfg, net = features.cfg, model.cfg
