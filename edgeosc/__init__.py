@@ -11,7 +11,7 @@ The package reads as the pipeline, each layer importing only from the layers abo
     quant                   Brevitas QAT
     checkpoint              save, load, check
     evaluate                accuracy of any model or export
-    train                   the training loop (float and QAT)
+    train, mining           the training loop (float and QAT); always-on detectors' false alarms as training data
     export                  onnx/, tflite/, c/: one package per target, parity
     bench, report           latency, cycle and energy estimates; the report
     stages, sweep, stream,  the pipeline's stages, sweeps, always-on listening and its evaluation over a long

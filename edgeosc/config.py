@@ -42,7 +42,7 @@ class DataConfig:
     # always-on detectors: this many hours of keyword-free audio (data/negatives.py's training pool, never the
     # evaluation's), cut into 1 s clips labelled _unknown_, join the training split
     negatives_hours: float = 0.0
-    # hard-negative mining: the windows of this many hours of the same training pool on which the checkpoint
+    # hard-negative mining (mining.py): the windows of this many hours of the same training pool on which the checkpoint
     # `hard_negatives_from` says a keyword (its false alarms) join the training split as _unknown_ too
     hard_negatives_hours: float = 0.0
     hard_negatives_from: str = ""

@@ -12,8 +12,8 @@ from .io import write_json
 
 
 def _dataset(cfg, cache_dir, progress=False):
-    from .data import load_dataset
-    return load_dataset(cfg.data, cache_dir, progress=progress)
+    from .mining import training_data
+    return training_data(cfg.data, cache_dir, progress=progress)
 
 
 def data(cfg, folder: Path, cache_dir, progress: bool) -> dict:

@@ -85,12 +85,12 @@ def _short(v) -> str:
 
 def train_run(cfgs: dict, run_dir: Path, cache_dir=None, progress: bool = False, _data: dict | None = None) -> dict:
     """Train one grid point (resuming an unfinished run); `_data` memoises the last dataset loaded."""
-    from .data import load_dataset
+    from .mining import training_data
     from .train import train
     key, memo = repr(cfgs["data"]), _data if _data is not None else {}
     if key not in memo:
         memo.clear()  # keep one dataset in memory
-        memo[key] = load_dataset(cfgs["data"], cache_dir, progress=progress)
+        memo[key] = training_data(cfgs["data"], cache_dir, progress=progress)
     return train(memo[key], run_dir, model_cfg=cfgs["model"], feature_cfg=cfgs["features"],
                  train_cfg=cfgs["train"], data_cfg=cfgs["data"], resume=True, progress=progress)
 

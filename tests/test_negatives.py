@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from edgeosc import mining as M
 from edgeosc.data import negatives as N
 from edgeosc.stream import Listener
 from edgeosc.stream_eval import DET_THRESHOLDS, evaluate_stream, format_result, plot_det
@@ -95,8 +96,8 @@ def test_training_negatives_join_the_training_split_as_unknown(tmp_path):
 
 def test_mining_keeps_the_strongest_windows_apart():
     scores = np.array([0.05, 0.3, 0.9, 0.4, 0.2, 0.0, 0.6, 0.7, 0.1, 0.95])
-    assert N.strongest_apart(scores, 0.1, 1) == [9, 2, 7, 4]  # 3 and 1 sit beside 2, 6 beside 7, 8 beside 9
-    assert N.strongest_apart(scores, 0.5, 0) == [9, 2, 7, 6] and N.strongest_apart(scores, 0.99, 2) == []
+    assert M.strongest_apart(scores, 0.1, 1) == [9, 2, 7, 4]  # 3 and 1 sit beside 2, 6 beside 7, 8 beside 9
+    assert M.strongest_apart(scores, 0.5, 0) == [9, 2, 7, 6] and M.strongest_apart(scores, 0.99, 2) == []
 
 
 def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
@@ -122,19 +123,19 @@ def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
         run = tmp_path / says.strip("_")
         train(data, run, model_cfg=ModelConfig(), feature_cfg=FeatureConfig(), train_cfg=TrainConfig(epochs=0),
               data_cfg=DataConfig(), progress=False, build=build)
-        more = N.with_hard_negatives(data, run / "best.pt", hours, seed=0, cache_dir=tmp_path, progress=False)
+        more = M.with_hard_negatives(data, run / "best.pt", hours, seed=0, cache_dir=tmp_path, progress=False)
         mined = more.meta["hard_negatives"]["clips"]
         assert mined == (7 if says == "yes" else 0) and len(more.audio) == 6 + mined
         assert (more.labels[6:] == 1).all() and (more.split[6:] == "train").all()
         assert (more.groups[6:] == "hard-negatives").all()
     pool = N.load_negatives(hours, 0, tmp_path, pool="train")
     starts = [i * SR // 2 for i in range(7)]  # every tenth 50 ms window: all score the same, the first is kept
-    yes = N.with_hard_negatives(data, tmp_path / "yes" / "best.pt", hours, 0, tmp_path, False)
+    yes = M.with_hard_negatives(data, tmp_path / "yes" / "best.pt", hours, 0, tmp_path, False)
     assert sorted(map(bytes, yes.audio[6:])) == sorted(bytes(np.round(pool[s:s + SR] * 32767).astype(np.int16))
                                                         for s in starts)
     assert len(list((tmp_path / "hard-negatives").glob("*.npz"))) == 2
     with pytest.raises(ValueError, match="classes"):
-        N.with_hard_negatives(ClipSet(data.audio, data.labels, data.groups, data.split, ("x", "y", "z")),
+        M.with_hard_negatives(ClipSet(data.audio, data.labels, data.groups, data.split, ("x", "y", "z")),
                               tmp_path / "yes" / "best.pt", hours, 0, tmp_path, False)
 
 
@@ -152,7 +153,7 @@ def test_a_streaming_model_is_mined_as_the_stream_hears_it():
         model = build_model(ModelConfig(attention=attention, window=49, n_classes=4)).eval()
         x = torch.from_numpy(noise(9.0, seed=3).astype(np.float32))
         with torch.no_grad():
-            scores, starts, hop = N.stream_scores(model, features, x, [2, 3], chunk_s=1.3, progress=False)
+            scores, starts, hop = M.stream_scores(model, features, x, [2, 3], chunk_s=1.3, progress=False)
             whole = model(features.stream(x[None]), per_frame=True)[0].softmax(-1)[:, 2:].amax(-1).numpy()
         # frame 48 is the first with 49 frames (a clip's) behind it; its window starts at sample 0
         assert hop == 320 and starts[0] == 0 and starts[-1] + SR <= len(x) and len(scores) == len(starts)

@@ -31,8 +31,8 @@ def train(settings, out, resume, qat, from_ckpt, cache_dir, quiet):
 
     Keeps the best checkpoint by validation accuracy and reports test accuracy.
     """
-    from ..data import load_dataset
     from ..evaluate import format_confusion
+    from ..mining import training_data
     from ..train import train as run_train
     build = None
     if qat or from_ckpt:
@@ -53,7 +53,7 @@ def train(settings, out, resume, qat, from_ckpt, cache_dir, quiet):
     out = Path(out or f"runs/{data_cfg.dataset}-{model_cfg.attention}-{model_cfg.size}-s{train_cfg.seed}")
     if not resume and (out / "last.pt").exists():
         raise click.ClickException(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-    ds = load_dataset(data_cfg, cache_dir, progress=not quiet)
+    ds = training_data(data_cfg, cache_dir, progress=not quiet)
     click.echo(f"data: {describe(ds)}")
     res = run_train(ds, out, model_cfg=model_cfg, feature_cfg=feature_cfg, train_cfg=train_cfg, data_cfg=data_cfg,
                     resume=resume, progress=not quiet, build=build)

@@ -24,10 +24,6 @@ def load_dataset(cfg: DataConfig, cache_dir: str | Path | None = None, progress:
     if cfg.negatives_hours:
         from .negatives import with_training_negatives
         data = with_training_negatives(data, cfg.negatives_hours, cfg.seed, cache_dir, progress)
-    if cfg.hard_negatives_hours:
-        from .negatives import with_hard_negatives
-        data = with_hard_negatives(data, cfg.hard_negatives_from, cfg.hard_negatives_hours, cfg.seed, cache_dir,
-                                   progress)
     return data
 
 
