@@ -11,7 +11,6 @@ from tqdm.auto import tqdm
 
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import SILENCE, UNKNOWN, DataConfig
-from .data import load_dataset
 from .data.negatives import VERSION, load_negatives_shown, with_unknown_class
 from .features import FeatureExtractor
 from .io import atomic_path, sha256_file
@@ -122,7 +121,7 @@ def with_hard_negatives(data, checkpoint: str | Path, hours: float, seed: int, c
 
 def training_data(cfg: DataConfig, cache_dir=None, progress: bool = True):
     """load_dataset, plus the mined windows when cfg asks for them: the data a training run reads."""
-    from .data import default_cache_dir
+    from .data import default_cache_dir, load_dataset  # looked up now: tests stand a small set in for it
     data = load_dataset(cfg, cache_dir, progress)
     if not cfg.hard_negatives_hours:
         return data
