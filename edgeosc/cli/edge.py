@@ -143,8 +143,7 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     if det_plot and not negatives_hours:
         raise click.UsageError("--det-plot needs --negatives-hours (the DET curve's false alarms are counted there)")
     trained = load_checkpoint(source).data_cfg
-    # a split, not training
-    trained_on = dataclasses.replace(trained, negatives_hours=0.0, hard_negatives_hours=0.0, hard_negatives_from="")
+    trained_on = dataclasses.replace(trained, negatives_hours=0.0)  # a split, not training
     data = load_dataset(settings.load(base={"data": trained_on}).data, cache_dir)
     # trained with keyword-free audio: its _unknown_ class, which a digits task lacks
     if trained.negatives_hours or trained.hard_negatives_hours:

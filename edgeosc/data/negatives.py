@@ -249,4 +249,3 @@ def with_training_negatives(data, hours: float, seed: int, cache_dir: Path, prog
     audio = np.round(x[: n * clip].reshape(n, clip) * 32767).astype(np.int16)
     return data.extended(audio, np.full(n, data.classes.index(UNKNOWN)), np.full(n, "negatives"),
                          np.full(n, "train"), negatives=dict(clips=n, hours=hours, seed=seed, pool="train"))
-
