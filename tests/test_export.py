@@ -93,13 +93,13 @@ def test_custom_op_model_runs_in_stock_onnxruntime_and_matches(runs, kind):
         assert len(nodes) == 2  # one per block
         assert [(f.domain, f.name) for f in model.functions] == [(DOMAIN, OP)]
         assert len(nodes[0].input) == len(model.functions[0].input) == (5 if kind == "gated" else 4)  # + g
-        assert {o.domain: o.version for o in model.opset_import}[DOMAIN] == 1
+        assert {o.domain: o.version for o in model.opset_import}[DOMAIN] == 2
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
         cfg = runs[kind]["qat"].cfg
         assert (attrs["p"], attrs["d_osc"], attrs["positive"].decode()) == (cfg.p, cfg.d_osc, cfg.positive)
         assert attrs["eps"] == pytest.approx(cfg.eps)
-        gate = {"pow", "cn"} if kind == "gated" else set()
-        quantized = set(QUANT_POINTS["oscillator"]) | gate if custom.startswith("int8") else set()
+        gate = {"g_raw", "g", "gn", "pow", "cn"} if kind == "gated" else set()  # the direct core's, from the raw gate
+        quantized = set(QUANT_POINTS["oscillator"]) | {"r_raw"} | gate if custom.startswith("int8") else set()
         assert {n[:-len("_scale")] for n in attrs if n.endswith("_scale")} == quantized
         for optimize in (False, True):  # stock onnxruntime: the function inlined (tests/test_ort_op.py: the kernel)
             a, b = (OnnxRunner(folder / f, optimize, custom_op=False)(held.numpy()) for f in (plain, custom))

@@ -57,7 +57,8 @@ def _qat_model(window=0):
 
 
 def test_projections_by_head_compute_the_same_values():
-    """The fused, head-major projection of a QAT layer gives the three layers' outputs bit for bit, reordered."""
+    """The fused, head-major projection of a QAT layer gives the three layers' outputs bit for bit, reordered, but for
+    the queries, which it also multiplies by the score scale (to float32 rounding)."""
     qat, x = _qat_model()
     attn, block = qat.net.blocks[0].attn, qat.net.blocks[0]
     seen = []
@@ -68,9 +69,12 @@ def test_projections_by_head_compute_the_same_values():
         n = seen[0]  # what the projections read
         widths = [attn.d_h] * 3 + [attn.d_osc, 1]
         got = for_onnx(qat).net.blocks[0].attn.onnx_proj(n).unflatten(-1, (attn.heads, -1)).split(widths, -1)
-        parts = list(attn.qkv(n).chunk(3, -1)) + [attn.anchor(n), attn.gate(n)]
-        for a, b in zip(got, parts):
-            assert torch.equal(a, b.unflatten(-1, (attn.heads, -1)))
+        parts = [p.unflatten(-1, (attn.heads, -1)) for p in
+                 list(attn.qkv(n).chunk(3, -1)) + [attn.anchor(n), attn.gate(n)]]
+        q = parts[0] * attn.log_scale.exp().reshape(attn.heads, 1)  # the score scale folded into the query rows
+        assert torch.allclose(got[0], q, rtol=1e-6, atol=0) and not torch.allclose(got[0], parts[0])
+        for a, b in zip(got[1:], parts[1:]):
+            assert torch.equal(a, b)
 
 
 def test_onnx_files_are_few_ops_with_int8_projections(tmp_path):

@@ -28,12 +28,12 @@ except RuntimeError:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A tiny untrained oscillator of the pipeline's kind (linear core, d_osc 2, key gate, p 4, d_h 8), QAT-calibrated
-    and exported to ONNX (float.onnx, float_op.onnx, int8_qcdq_op.onnx); a feature batch."""
+    and exported to ONNX (float.onnx, float_op.onnx, int8_qcdq.onnx, int8_qcdq_op.onnx); a feature batch."""
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.config import ExportConfig, FeatureConfig, ModelConfig, QuantConfig
-    from edgeosc.export.onnx import _float_onnx, _oscillator_layer, _qcdq_onnx, _save, custom_op
+    from edgeosc.export import export
     from edgeosc.models.kws import build_model
-    from edgeosc.quant import calibrate, float_model, quantize_model
+    from edgeosc.quant import calibrate, quantize_model
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(n_classes=3, d_osc=2, positive="taylor2", form="linear", key_gate=True,
@@ -42,15 +42,10 @@ def exported(tmp_path_factory):
     qat = quantize_model(model, QuantConfig())
     calibrate(qat, [(x[:24], None), (x[24:], None)], 2)
     qat.eval()
-    out, cfg = tmp_path_factory.mktemp("ort-op"), ExportConfig()
-    net = float_model(qat).eval()
-    with torch.no_grad(), warnings.catch_warnings():
+    out = tmp_path_factory.mktemp("ort-op")
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes
-        _save(_float_onnx(net, x[:1], cfg, custom=False), out / "float.onnx")
-        proto = _float_onnx(custom_op.use_custom_op(net), x[:1], cfg, custom=True)
-        _save(custom_op.attach_function(proto, _oscillator_layer(net)), out / "float_op.onnx")
-        proto = _qcdq_onnx(custom_op.use_custom_op(qat), x[:1], cfg, custom=True)
-        _save(custom_op.attach_function(proto, _oscillator_layer(qat)), out / "int8_qcdq_op.onnx")
+        export(Checkpoint.of(qat, FeatureConfig(), ["a", "b", "c"]), ExportConfig(), out)
     lsb = float(qat.output_quant.act_quant.scale().detach())
     return out, x.numpy(), lsb
 
@@ -108,6 +103,17 @@ def test_an_unsupported_node_runs_its_function_with_one_warning(exported, tmp_pa
         OnnxRunner(tmp_path / "direct_op.onnx", custom_op=True)
 
 
+def test_a_file_of_the_first_op_version_runs_its_function(exported, tmp_path):
+    """Version 1 took unit anchors and gates: the kernel (version 2, raw ones) must not stand in for its nodes."""
+    folder, x, _ = exported
+    model = onnx.load(folder / "float_op.onnx")
+    next(o for o in model.opset_import if o.domain == ort_op.DOMAIN).version = 1
+    onnx.save(model, tmp_path / "v1_op.onnx")
+    with pytest.warns(UserWarning, match=r"ai.edgeosc version 1 \(the kernel runs version 2: export the checkpoint"):
+        runner = OnnxRunner(tmp_path / "v1_op.onnx")
+    assert not runner.custom_op
+
+
 def test_a_library_that_does_not_build_leaves_the_function(exported, monkeypatch):
     folder, x, _ = exported
 
@@ -132,7 +138,7 @@ def _node_model(d_h, d_v, gate, **attrs):
     out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["B", 2, "T", d_v])
     node = helper.make_node(ort_op.OP, names, ["out"], domain=ort_op.DOMAIN, **attrs)
     return helper.make_model(helper.make_graph([node], "core", inputs, [out]),
-                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ort_op.DOMAIN, 1)])
+                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ort_op.DOMAIN, 2)])
 
 
 def _session(model):
@@ -144,35 +150,42 @@ def _session(model):
 def _inputs(rng, T, d_h, d_v, gate):
     q, k = (rng.standard_normal((3, 2, T, d_h)).astype(np.float32) * 2 for _ in range(2))
     v = rng.standard_normal((3, 2, T, d_v)).astype(np.float32)
-    r = rng.standard_normal((3, 2, T, 2)).astype(np.float32)
-    r /= np.linalg.norm(r, axis=-1, keepdims=True)
+    r = rng.standard_normal((3, 2, T, 2)).astype(np.float32)  # raw anchors and gates: the node takes unit vectors
+    r[0, 0, 0] = 0.0  # a key with no direction: 0, as LpNormalization
     feeds = dict(q=q, k=k, v=v, r=r)
     if gate:
-        feeds["g"] = rng.uniform(0.05, 1.0, (3, 2, T, 1)).astype(np.float32)
+        feeds["g"] = rng.standard_normal((3, 2, T, 1)).astype(np.float32)
     return feeds
 
 
-SCALES = dict(q=0.03, k=0.04, v=0.02, r=1 / 128, z=1 / 128, out=0.01)
+SCALES = dict(q=0.03, k=0.04, v=0.02, r=1 / 128, z=1 / 128, out=0.01, r_raw=0.02, g_raw=0.03, g=0.02, gn=1 / 128)
 
 
 @pytest.mark.parametrize("d_h, d_v, p, gate", [(8, 8, 4, True), (8, 8, 4, False), (4, 6, 2, True), (3, 5, 8, False)])
 @pytest.mark.parametrize("quantized", [True, False])
 def test_the_bare_node_equals_the_torch_core(d_h, d_v, p, gate, quantized):
-    """The models' head (d_h 8, d_v 8, p 4: the unrolled path) and others, against oscillator_attention_linear."""
-    from edgeosc.models.attention import oscillator_attention_linear
+    """The models' head (d_h 8, d_v 8, p 4: the unrolled path) and others, against the anchors' and gates' unit
+    vectors and oscillator_attention_linear (what trace.oscillator_core computes)."""
+    from edgeosc.models.attention import oscillator_attention_linear, unit
 
-    attrs = dict(p=p, eps=1e-6, d_osc=2, positive="taylor2", form="linear")
+    attrs = dict(p=p, eps=1e-6, d_osc=2, positive="taylor2", form="linear", **(dict(gate_map="taylor2") if gate else {}))
     if quantized:
-        attrs.update({f"{n}_scale": s for n, s in SCALES.items()})
+        attrs.update({f"{n}_scale": s for n, s in SCALES.items() if gate or not n.startswith("g")})
 
-    def fake_quant(name, x):  # QuantizeLinear then DequantizeLinear, int8 at zero point 0
+    def fake_quant(name, x):  # QuantizeLinear then DequantizeLinear at zero point 0: uint8 for g, int8 otherwise
         s = torch.tensor(SCALES[name], dtype=torch.float32)
-        return torch.clamp(torch.round(x / s), -128, 127) * s
+        return torch.clamp(torch.round(x / s), 0 if name == "g" else -128, 255 if name == "g" else 127) * s
 
+    quant = fake_quant if quantized else lambda name, x: x
     feeds = _inputs(np.random.default_rng(d_h * 10 + p), 17, d_h, d_v, gate)
     got = _session(_node_model(d_h, d_v, gate, **attrs)).run(None, feeds)[0]
     t = {n: torch.from_numpy(a) for n, a in feeds.items()}
-    want = oscillator_attention_linear(t["q"], t["k"], t["v"], t["r"], p=p, eps=1e-6, g=t.get("g"),
+    r = unit(quant("r_raw", t["r"]), 0.0)
+    g = None
+    if gate:
+        y = quant("g_raw", t["g"]) + 1.0
+        g = quant("gn", unit(quant("g", (y * y + 1.0) * 0.5).transpose(-1, -2), 0.0).transpose(-1, -2))
+    want = oscillator_attention_linear(t["q"], t["k"], t["v"], r, p=p, eps=1e-6, g=g,
                                        quant=fake_quant if quantized else None).numpy()
     dev = np.abs(got - want)
     if quantized:  # out on its grid; a float32 sum's order may flip the odd rounding tie at z or out
@@ -187,7 +200,9 @@ def test_the_kernel_refuses_what_it_does_not_run_by_name():
                           (dict(base, positive="relu2"), 'needs positive "taylor2"'),
                           (dict(base, d_osc=3), "d_osc 2 only"),
                           (dict(base, p=9), "p must be 1..8"),
-                          (dict(base, q_scale=0.1), "needs all of q_scale")):
+                          (dict(base, q_scale=0.1), "needs all of q_scale"),
+                          (dict(base, gate_map="softplus"), 'map must be "taylor2"'),
+                          (dict(base, g_scale=0.1), "needs all of g_raw_scale")):
         with pytest.raises(Exception, match=f"edgeosc_ort_op: ai.edgeosc::OscillatorAttention: .*{needle}"):
             _session(_node_model(8, 8, False, **attrs))
     wide = _session(_node_model(40, 8, False, **base))

@@ -3,9 +3,9 @@
     opts = onnxruntime.SessionOptions()
     opts.register_custom_ops_library(str(ort_op.build()))
 
-The library (export/ort_op/edgeosc_ort_op.c; no onnxruntime header needed) runs the linear core (form "linear",
-d_osc 2, taylor2, with or without the key gate) of float_op.onnx and int8_qcdq_op.onnx, computing what the node's
-ONNX function computes (export/oscillator_attention.md). OnnxRunner registers it for every file holding the domain
+The library (export/ort_op/edgeosc_ort_op.c; no onnxruntime header needed) runs version 2 of the node, the linear
+core (form "linear", d_osc 2, taylor2, with or without the key gate, from raw anchors and gates) of float_op.onnx and
+int8_qcdq_op.onnx, computing what the node's ONNX function computes (export/oscillator_attention.md). OnnxRunner registers it for every file holding the domain
 whose nodes it supports (`unsupported`); otherwise onnxruntime inlines the function, as stock onnxruntime does.
 Torch-free, like the rest of edgeosc.runtime.
 """
@@ -20,7 +20,7 @@ from ..cbuild import ORT_OP, build_shared
 if TYPE_CHECKING:  # onnx itself only where a model is looked at: building the library needs neither it nor onnxruntime
     import onnx
 
-DOMAIN, OP = "ai.edgeosc", "OscillatorAttention"
+DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 2
 GLUE = ORT_OP / "edgeosc_ort_op.c"
 # -O3 unrolls the models' head (d_h 8) and vectorizes its sums; no contraction into FMA, whose single rounding
 # would move the float32 products off onnxruntime's
@@ -48,6 +48,9 @@ def unsupported(model: onnx.ModelProto) -> str | None:
     version = tuple(int(x) for x in onnxruntime.__version__.split(".")[:2] if x.isdigit())
     if version < MIN_ONNXRUNTIME:
         return f"onnxruntime {onnxruntime.__version__} is older than 1.16 (C API version 16)"
+    op_version = next((o.version for o in model.opset_import if o.domain == DOMAIN), VERSION)
+    if op_version != VERSION:
+        return f"{DOMAIN} version {op_version} (the kernel runs version {VERSION}: export the checkpoint again)"
     for node in (n for n in model.graph.node if (n.domain, n.op_type) == (DOMAIN, OP)):
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         text = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
@@ -62,10 +65,14 @@ def unsupported(model: onnx.ModelProto) -> str | None:
             return f"quantization scales {given} (the kernel needs all of {scales}, positive)"
         if len(node.input) not in (4, 5):
             return f"{len(node.input)} inputs (the kernel takes q, k, v, r and optionally g)"
-    for fn in model.functions:  # the body's points: int8 at zero point 0 (uint8 points would saturate elsewhere)
+        if len(node.input) == 5 and text.get("gate_map") != "taylor2":
+            return f"gate_map {text.get('gate_map')!r} (the kernel runs taylor2)"
+    for fn in model.functions:  # the body's points: int8 at zero point 0, uint8 for g (the kernel's ranges)
         for n in fn.node:
             zp = [a.t for a in n.attribute if n.op_type == "Constant" and a.type == onnx.AttributeProto.TENSOR
                   and n.output[0].endswith("_zp")]
-            if zp and (zp[0].data_type != onnx.TensorProto.INT8 or any(onnx.numpy_helper.to_array(zp[0]).ravel())):
-                return f"a point of {fn.name}'s body is not int8 at zero point 0"
+            unsigned = n.output[0].endswith("__g_zp")  # custom_op.function names them <value>__<point>_zp
+            want = onnx.TensorProto.UINT8 if unsigned else onnx.TensorProto.INT8
+            if zp and (zp[0].data_type != want or any(onnx.numpy_helper.to_array(zp[0]).ravel())):
+                return f"a point of {fn.name}'s body is not {'uint8' if unsigned else 'int8'} at zero point 0"
     return None

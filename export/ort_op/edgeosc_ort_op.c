@@ -1,13 +1,15 @@
-/* ai.edgeosc::OscillatorAttention as an ONNX Runtime custom op: the linear core (form "linear", d_osc 2, taylor2,
- * with or without the key gate) of export/oscillator_attention.md, for float_op.onnx and int8_qcdq_op.onnx.
+/* ai.edgeosc::OscillatorAttention (version 2) as an ONNX Runtime custom op: the linear core (form "linear", d_osc 2,
+ * taylor2, with or without the key gate) of export/oscillator_attention.md, for float_op.onnx and int8_qcdq_op.onnx.
  *
- * Inputs q, k, v [B, H, T, d_h | d_v], r [B, H, T, 2] and optionally g [B, H, T, 1], all float32; output out
- * [B, H, T, d_v]. The kernel computes what the node's model-local ONNX function computes (the function onnxruntime
- * otherwise inlines: the linear core in its direct form, edgeosc/export/onnx/trace.py), as the float32
- * operations of oscillator_attention_linear in edgeosc/models/attention.py, with the points q, k, v, r, z, out
+ * Inputs q, k, v [B, H, T, d_h | d_v], raw anchors r [B, H, T, 2] and optionally raw gates g [B, H, T, 1], all
+ * float32; output out [B, H, T, d_v]. The kernel computes what the node's model-local ONNX function computes (the
+ * function onnxruntime otherwise inlines: edgeosc/export/onnx/trace.py's oscillator_core, the anchors' and gates' unit
+ * vectors and the gate's map, then the linear core in its direct form), as the float32 operations of
+ * oscillator_attention_linear in edgeosc/models/attention.py, with the points r_raw, g_raw, g, gn, q, k, v, r, z, out
  * quantized as the function's QuantizeLinear/DequantizeLinear pairs do (x / s rounded half to even, saturated to
- * int8, times s) where the node carries their <point>_scale attributes (int8_qcdq_op.onnx), and left alone where it
- * does not (float_op.onnx).
+ * int8, or uint8 for g, times s) where the node carries their <point>_scale attributes (int8_qcdq_op.onnx), and left
+ * alone where it does not (float_op.onnx). Unit vectors as onnxruntime's LpNormalization: x / sqrt(the squares summed
+ * in order), 0 where that is 0.
  * Per head one pass over the keys builds the two sums (the coupling's S [F, 3] and the readout's M [2p + 1, d_v + 1])
  * and one pass over the queries reads them; the function computes the coupling as T x T products instead, so the two
  * agree to float32 rounding.
@@ -133,12 +135,15 @@ SLOT_AT(ReleaseTensorTypeAndShapeInfo, 99);
 typedef float v4 __attribute__((vector_size(16)));
 #define V4(n) (((n) + 3) / 4) /* vectors that hold n floats (zero padded) */
 
-enum { PQ, PK, PV, PR, PZ, POUT, POINTS };
-static const char *const kScales[POINTS] = {"q_scale", "k_scale", "v_scale", "r_scale", "z_scale", "out_scale"};
+enum { PQ, PK, PV, PR, PZ, POUT, CORE_POINTS, PRRAW = CORE_POINTS, PGRAW, PG, PGN, POINTS };
+static const char *const kScales[POINTS] = {"q_scale", "k_scale", "v_scale", "r_scale", "z_scale", "out_scale",
+                                            "r_raw_scale", "g_raw_scale", "g_scale", "gn_scale"};
 
 typedef struct {
   const OrtApi *api;
-  int p, quantized;
+  int p, quantized;          /* quantized: the core's six points */
+  int has[POINTS];           /* which points the node quantizes (r_raw and the gate's: optional) */
+  int gate_map;              /* attribute gate_map is "taylor2" (a gated node's must be) */
   float eps2;                /* the body's eps * eps, a float32 constant */
   float scale[POINTS];       /* int8 model: the points' scales (zero point 0) */
   float weight[MAX_P + 1];   /* a_m: (1 + cos d)^p = sum_m a_m cos m d (attention.harmonic_coefficients) */
@@ -149,26 +154,43 @@ typedef union { /* a row of features or values, read as floats or as vectors */
   float f[4 * V4(FEATURES(MAX_D_HEAD))];
 } Row;
 
-/* QuantizeLinear then DequantizeLinear at zero point 0, int8, as onnxruntime computes them, of n values into out
- * (zero padded to whole vectors): x / s saturated to [-128, 127] and rounded half to even (adding and subtracting
- * 1.5 * 2^23 rounds a float below 2^22 to an integer in the default rounding mode, as rint does), times s. */
+/* QuantizeLinear then DequantizeLinear at zero point 0, as onnxruntime computes them, of four values at point
+ * `which` (unchanged where the node does not quantize it): x / s saturated to [-128, 127] (int8; [0, 255] for g,
+ * the gate's map, >= 1/2, uint8) and rounded half to even (adding and subtracting 1.5 * 2^23 rounds a float below
+ * 2^22 to an integer in the default rounding mode, as rint does), times s. */
 typedef int32_t v4i __attribute__((vector_size(16)));
+static inline __attribute__((always_inline)) v4 point4(const Kernel *kn, int which, v4 x) {
+  const float s = kn->scale[which], l = which == PG ? 0.0f : -128.0f, u = which == PG ? 255.0f : 127.0f;
+  const v4 lo = {l, l, l, l}, hi = {u, u, u, u};
+  const v4 big = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f}; /* no -ffast-math: rounded, not folded */
+  v4 y;
+  v4i below, above;
+  if (!kn->has[which]) return x;
+  y = x / s;
+  below = y < lo, above = y > hi; /* lanes of all ones where true */
+  y = (v4)(((v4i)y & ~below) | ((v4i)lo & below));
+  y = (v4)(((v4i)y & ~above) | ((v4i)hi & above));
+  return (y + big - big) * s;
+}
+/* n values at point `which` into out, zero padded to whole vectors */
 static inline __attribute__((always_inline)) void points(const Kernel *kn, int which, const float *x, const int n,
                                                          Row *out) {
-  const float s = kn->scale[which];
-  const v4 lo = {-128.0f, -128.0f, -128.0f, -128.0f}, hi = {127.0f, 127.0f, 127.0f, 127.0f};
-  const v4 big = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f}; /* no -ffast-math: rounded, not folded */
   int i;
   for (i = 0; i < n; ++i) out->f[i] = x[i];
   while (i % 4) out->f[i++] = 0.0f;
-  if (!kn->quantized) return;
-  for (i = 0; i < V4(n); ++i) {
-    v4 y = out->v[i] / s;
-    v4i below = y < lo, above = y > hi; /* lanes of all ones where true */
-    y = (v4)(((v4i)y & ~below) | ((v4i)lo & below));
-    y = (v4)(((v4i)y & ~above) | ((v4i)hi & above));
-    out->v[i] = (y + big - big) * s;
+  for (i = 0; i < V4(n); ++i) out->v[i] = point4(kn, which, out->v[i]);
+}
+/* n values of an array at point `which`, in place */
+static void point_array(const Kernel *kn, int which, float *x, size_t n) {
+  size_t i;
+  v4 y;
+  if (!kn->has[which]) return;
+  for (i = 0; i + 4 <= n; i += 4) {
+    memcpy(&y, x + i, sizeof y);
+    y = point4(kn, which, y);
+    memcpy(x + i, &y, sizeof y);
   }
+  for (; i < n; ++i) x[i] = point4(kn, which, (v4){x[i], 0.0f, 0.0f, 0.0f})[0];
 }
 
 /* phi(x) of coupling_features, [1, x', x'_a x'_b (a <= b, squares times sqrt(1/2))] with x' = point(x) d_h^-1/4,
@@ -202,7 +224,40 @@ static inline __attribute__((always_inline)) void harmonics(float c, float s, co
   }
 }
 
-/* One head: q, k [T, dh], v [T, dv], r [T, 2], g [T] or NULL -> out [T, dv] (oscillator_attention_linear): the
+/* The keys' anchors, n raw ones [n, 2] at point r_raw, as unit vectors at point r into r: LpNormalization's
+ * x / |x| (the squares summed in order), 0 where |x| = 0 */
+static void anchors(const Kernel *kn, const float *raw, size_t n, float *r) {
+  size_t i;
+  memcpy(r, raw, 2 * n * sizeof *r);
+  point_array(kn, PRRAW, r, 2 * n);
+  for (i = 0; i < n; ++i) {
+    const float norm = sqrtf(r[2 * i] * r[2 * i] + r[2 * i + 1] * r[2 * i + 1]);
+    r[2 * i] = norm != 0.0f ? r[2 * i] / norm : 0.0f;
+    r[2 * i + 1] = norm != 0.0f ? r[2 * i + 1] / norm : 0.0f;
+  }
+  point_array(kn, PR, r, 2 * n);
+}
+/* The key gates of `heads` heads of T raw values each at point g_raw: g = taylor2 as ((x + 1)^2 + 1) / 2 (the body's
+ * float32 operations) at point g, then each head's unit vector over its keys at point gn, into g */
+static void gates(const Kernel *kn, const float *raw, size_t heads, size_t T, float *g) {
+  size_t h, i, n = heads * T;
+  memcpy(g, raw, n * sizeof *g);
+  point_array(kn, PGRAW, g, n);
+  for (i = 0; i < n; ++i) {
+    const float y = g[i] + 1.0f;
+    g[i] = (y * y + 1.0f) * 0.5f;
+  }
+  point_array(kn, PG, g, n);
+  for (h = 0; h < heads; ++h) {
+    float *gh = g + h * T, norm = 0.0f;
+    for (i = 0; i < T; ++i) norm += gh[i] * gh[i];
+    norm = sqrtf(norm);
+    for (i = 0; i < T; ++i) gh[i] = norm != 0.0f ? gh[i] / norm : 0.0f;
+  }
+  point_array(kn, PGN, g, n);
+}
+/* One head: q, k [T, dh], v [T, dv], unit anchors r [T, 2] and unit gates g [T] (or NULL) at their points -> out
+ * [T, dv] (oscillator_attention_linear): the
  * coupling's sums S = sum_j phi(k_j) [r_j, 1] (columns S0, S1, S2) and the readout's M = sum_j g_j psi(r_j) [v_j, 1]
  * (rows of d_v numerators, and Mden) over the keys, then each query against them. Inlined with constant dh, dv and p
  * for the models' head (head() below), which unrolls it. */
@@ -223,8 +278,7 @@ static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int 
   }
   for (i = 0; i < T; ++i) { /* the keys */
     coupling_features(kn, PK, k + (size_t)i * dh, dh, root, &phi);
-    points(kn, PR, r + 2 * (size_t)i, 2, &pt);
-    r0 = pt.f[0], r1 = pt.f[1];
+    r0 = r[2 * (size_t)i], r1 = r[2 * (size_t)i + 1];
     for (n = 0; n < NF; ++n) {
       S0[n] += phi.v[n] * r0;
       S1[n] += phi.v[n] * r1;
@@ -313,6 +367,14 @@ static int attr_is(const OrtApi *api, const OrtKernelInfo *info, const char *nam
   return strcmp(buf, want) == 0;
 }
 
+/* whether the node has a string attribute of that name, whatever its value */
+static int attr_is_string(const OrtApi *api, const OrtKernelInfo *info, const char *name) {
+  size_t size = 0; /* a NULL buffer asks for the size: no error unless the attribute is absent */
+  OrtStatus *st = api->KernelInfoGetAttribute_string(info, name, NULL, &size);
+  if (st) api->ReleaseStatus(st);
+  return st == NULL && size > 0;
+}
+
 static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *api, const OrtKernelInfo *info, void **out) {
   Kernel kn;
   int64_t p = 0, d_osc = 0;
@@ -327,13 +389,20 @@ static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *api, const 
   if (!attr_int(api, info, "p", &p) || p < 1 || p > MAX_P) return fail(api, "p must be 1..8");
   if (!attr_float(api, info, "eps", &eps) || !(eps >= 0.0f)) return fail(api, "needs attribute eps >= 0");
   memset(&kn, 0, sizeof kn);
+  kn.gate_map = attr_is(api, info, "gate_map", "taylor2");
+  if (!kn.gate_map && attr_is_string(api, info, "gate_map"))
+    return fail(api, "the key gate's map must be \"taylor2\" (attribute gate_map)");
   kn.api = api, kn.p = (int)p, kn.eps2 = (float)((double)eps * (double)eps);
-  for (n = 0; n < POINTS; ++n) kn.quantized += attr_float(api, info, kScales[n], &kn.scale[n]);
-  if (kn.quantized && kn.quantized != POINTS)
+  for (n = 0; n < POINTS; ++n) kn.has[n] = attr_float(api, info, kScales[n], &kn.scale[n]);
+  for (n = 0; n < CORE_POINTS; ++n) kn.quantized += kn.has[n];
+  if (kn.quantized && kn.quantized != CORE_POINTS)
     return fail(api, "an int8 node needs all of q_scale k_scale v_scale r_scale z_scale out_scale");
-  for (n = 0; kn.quantized && n < POINTS; ++n)
-    if (!(kn.scale[n] > 0.0f) || isinf(kn.scale[n])) return fail(api, "a point's scale is not positive and finite");
-  kn.quantized = kn.quantized == POINTS;
+  if ((kn.has[PGRAW] + kn.has[PG] + kn.has[PGN]) % 3 != 0 || (!kn.quantized && (kn.has[PRRAW] || kn.has[PGRAW])))
+    return fail(api, "an int8 node's gate needs all of g_raw_scale g_scale gn_scale (and a float node none)");
+  for (n = 0; n < POINTS; ++n)
+    if (kn.has[n] && (!(kn.scale[n] > 0.0f) || isinf(kn.scale[n])))
+      return fail(api, "a point's scale is not positive and finite");
+  kn.quantized = kn.quantized == CORE_POINTS;
   for (m = 0; m <= kn.p; ++m) { /* C(2p, p - m) (x2 for m > 0) / 2^p */
     double c = 1.0;
     int j;
@@ -386,6 +455,8 @@ static OrtStatus *compute(void *kernel, OrtKernelContext *ctx) {
     if (in[n] && (dims[n][0] != dims[0][0] || dims[n][1] != dims[0][1] || dims[n][2] != dims[0][2]))
       return fail(api, "q, k, v, r, g must agree in B, H and T");
   if (!in[0] || !in[1] || !in[2] || !in[3]) return fail(api, "q, k, v and r are required");
+  if (in[4] && (!kn->gate_map || (kn->quantized && !kn->has[PG])))
+    return fail(api, "a node with gates g needs gate_map \"taylor2\" (and in int8, g_raw_scale g_scale gn_scale)");
   if (dims[1][3] != dims[0][3] || dims[3][3] != 2 || (in[4] && dims[4][3] != 1))
     return fail(api, "k must match q's d_h, r be [.., 2] (d_osc 2) and g [.., 1]");
   if (dims[0][3] < 1 || dims[0][3] > MAX_D_HEAD || dims[2][3] < 1 || dims[2][3] > MAX_D_VALUE)
@@ -394,10 +465,17 @@ static OrtStatus *compute(void *kernel, OrtKernelContext *ctx) {
   if ((st = api->GetTensorMutableData(out, (void **)&y)) != NULL) return st;
   {
     const int T = (int)dims[0][2], dh = (int)dims[0][3], dv = (int)dims[2][3];
+    float *r, *g; /* the unit anchors, then the unit gates, of every head */
     heads = (size_t)(dims[0][0] * dims[0][1]);
+    if (!(r = (float *)malloc(heads * (size_t)T * 3 * sizeof *r)))
+      return api->CreateStatus(ORT_FAIL, "edgeosc_ort_op: out of memory");
+    g = r + heads * (size_t)T * 2;
+    anchors(kn, x[3], heads * (size_t)T, r);
+    if (x[4]) gates(kn, x[4], heads, (size_t)T, g);
     for (b = 0; b < heads; ++b)
-      head(kn, T, dh, dv, x[0] + b * T * dh, x[1] + b * T * dh, x[2] + b * T * dv, x[3] + b * T * 2,
-           x[4] ? x[4] + b * T : NULL, y + b * T * dv);
+      head(kn, T, dh, dv, x[0] + b * T * dh, x[1] + b * T * dh, x[2] + b * T * dv, r + b * T * 2,
+           x[4] ? g + b * T : NULL, y + b * T * dv);
+    free(r);
   }
   return NULL;
 }

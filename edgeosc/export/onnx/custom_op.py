@@ -1,11 +1,12 @@
 """The oscillator attention core as one ONNX node, ai.edgeosc::OscillatorAttention (export/oscillator_attention.md).
 
-The node carries a model-local ONNX function whose body is the core traced from attention.py (the maths
-once), so stock onnxruntime inlines and runs it, while a runtime with a native kernel replaces it by name.
-With the key gate the node and its function take a fifth input, g (the unit gates over the keys). The attribute
-form ("direct" or "linear") names the core's form; a linear body holds its own points (q k v r z out).
-In a quantized model the body holds the core's QuantizeLinear/DequantizeLinear pairs; their scales are
-the node's attributes <point>_scale, so one function serves every layer.
+The node reads the attention layer's projections (queries already times the score scale, keys, values, raw anchors
+and, with the key gate, raw gates) and carries a model-local ONNX function whose body is trace.oscillator_core (the
+anchors' and gates' unit vectors, the gate's map, then the core of attention.py: the maths once), so stock
+onnxruntime inlines and runs it, while a runtime with a native kernel replaces it by name. The attribute form
+("direct" or "linear") names the core's form; a linear body holds its own points (q k v r z out). In a quantized
+model the body holds the QuantizeLinear/DequantizeLinear pairs of the layer's points from r_raw and g_raw on; their
+scales are the node's attributes <point>_scale, so one function serves every layer.
 """
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ from onnx import helper
 from torch import nn
 
 from ...models.attention import LINEAR_POINTS, QUANT_POINTS, OscillatorAttention
-from .trace import direct_linear_core
+from .trace import oscillator_core
 
-DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 1
+# version 2 reads raw anchors and gates (version 1, until 2026-12-07: their unit vectors, and q without the scale fold)
+DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 2
 INPUTS, GATE, OUTPUT = ("q", "k", "v", "r"), "g", "out"
-GATE_CORE_POINTS = ("pow", "cn")  # the key gate's points inside the core (g_raw, g, gn come before it)
+# the points before the core: raw anchors (projected ones only), the key gate's raw value, map and unit vector
+ANCHOR_POINTS, GATE_IN_POINTS = ("r_raw",), ("g_raw", "g", "gn")
+GATE_CORE_POINTS = ("pow", "cn")  # the direct core's gate points
 
 
 def inputs(layer: OscillatorAttention) -> tuple[str, ...]:
@@ -35,8 +39,10 @@ def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | 
     if layer.quant is None:
         return None
     params = {}
-    gate = GATE_CORE_POINTS if layer.gate is not None else ()
-    points = LINEAR_POINTS if layer.form == "linear" else QUANT_POINTS["oscillator"] + gate
+    points = ANCHOR_POINTS if layer.anchor is not None else ()
+    if layer.gate is not None:
+        points += GATE_IN_POINTS + (GATE_CORE_POINTS if layer.form != "linear" else ())
+    points += LINEAR_POINTS if layer.form == "linear" else QUANT_POINTS["oscillator"]
     for name in points:  # the core's points (not the layer's projections around it)
         aq = layer.quant.points[name].act_quant
         if int(aq.bit_width()) != 8 or float(aq.zero_point()) != 0.0:
@@ -47,6 +53,8 @@ def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | 
 
 def attributes(layer: OscillatorAttention) -> dict:
     attrs = dict(p=layer.p, eps=layer.eps, d_osc=layer.d_osc, positive=layer.positive, form=layer.form)
+    if layer.gate is not None:
+        attrs["gate_map"] = layer.gate_map
     for name, (scale, _) in (quant_params(layer) or {}).items():
         attrs[f"{name}_scale"] = scale
     return attrs
@@ -57,7 +65,7 @@ class _Op(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, r, gates, layer):
-        return type(layer).core(layer, q, k, v, r, g=gates)
+        return oscillator_core(layer, q, k, v, r, gates)
 
     @staticmethod
     def symbolic(g, q, k, v, r, gates, layer):
@@ -70,11 +78,13 @@ class _Op(torch.autograd.Function):
 
 
 def use_custom_op(model: nn.Module) -> nn.Module:
-    """A copy of `model` whose oscillator cores export as OscillatorAttention nodes."""
+    """A copy of `model` (traced by trace.for_onnx) whose oscillator cores export as OscillatorAttention nodes."""
     model = copy.deepcopy(model)
     for m in model.modules():
         if isinstance(m, OscillatorAttention):
-            m.core = lambda q, k, v, r, mask=None, g=None, m=m: _Op.apply(q, k, v, r, g, m)
+            if not hasattr(m, "onnx_core"):
+                raise ValueError("the op files are of whole-clip networks traced by for_onnx")
+            m.onnx_core = lambda q, k, v, r, g=None, m=m: _Op.apply(q, k, v, r, g, m)
     return model
 
 
@@ -103,9 +113,7 @@ class _Core(nn.Module):
         self.layer = layer
 
     def forward(self, q, k, v, r, g=None):
-        if self.layer.form == "linear" and not self.layer.window:  # the same function in few large ops (trace.py)
-            return direct_linear_core(self.layer, q, k, v, r, g=g)
-        return type(self.layer).core(self.layer, q, k, v, r, g=g)
+        return oscillator_core(self.layer, q, k, v, r, g)
 
 
 def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
@@ -117,7 +125,7 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
     b, h, t, d_h = 1, layer.heads, 5, layer.d_h
     args = tuple(torch.randn(b, h, t, d) for d in (d_h, d_h, d_h, layer.d_osc))
     if layer.gate is not None:
-        args += (torch.rand(b, h, t, 1) + 0.1,)
+        args += (torch.randn(b, h, t, 1),)
     input_names = inputs(layer)
     buf = io.BytesIO()
     dims = {0: "B", 1: "H", 2: "T"}
@@ -142,10 +150,12 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
         scale = helper.make_node("Constant", [], [f"{y}_scale"])
         scale.attribute.append(helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT,
                                                          ref_attr_name=f"{name}_scale"))
-        nodes += [scale, helper.make_node("Constant", [], [f"{y}_zp"], value=zp),
-                  helper.make_node("QuantizeLinear", [x, f"{y}_scale", f"{y}_zp"], [f"{y}_int"]),
-                  helper.make_node("DequantizeLinear", [f"{y}_int", f"{y}_scale", f"{y}_zp"], [y])]
-    names = ["p", "eps", "d_osc", "positive", "form"] + [f"{n}_scale" for n in (params or {})]
+        zp_name = f"{y}__{name}_zp"  # the point's name in it: runtime/ort_op.py checks g's is uint8
+        nodes += [scale, helper.make_node("Constant", [], [zp_name], value=zp),
+                  helper.make_node("QuantizeLinear", [x, f"{y}_scale", zp_name], [f"{y}_int"]),
+                  helper.make_node("DequantizeLinear", [f"{y}_int", f"{y}_scale", zp_name], [y])]
+    names = ["p", "eps", "d_osc", "positive", "form"] + (["gate_map"] if layer.gate is not None else [])
+    names += [f"{n}_scale" for n in (params or {})]
     return helper.make_function(DOMAIN, OP, list(input_names), [OUTPUT], nodes, list(opset_imports), names,
                                 doc_string="Fixed-query oscillator attention core (export/oscillator_attention.md)")
 

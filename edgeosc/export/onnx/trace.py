@@ -9,7 +9,7 @@ LayerNorms trace to fewer nodes, computing the same function at the same quantiz
   the projections' output instead of slices computed from its shape;
 - an oscillator layer's three projections reading the LayerNorm (query/key/value, anchors, key gate) as one
   Linear: one int8 MatMul in onnxruntime, as softmax's qkv (three readers of one quantized tensor stay float
-  MatMuls on dequantized inputs);
+  MatMuls on dequantized inputs); each head's score scale folded into its query rows (both kinds);
 - unit vectors of tensors on an int8 grid (anchors, key gates, LayerNorm's centred input) as LpNormalization:
   zero or at least one step long, so its zero for a zero vector is unit()'s eps cut-off exactly;
 - a whole-clip linear core (form "linear", window 0) in its direct form, a few T x T MatMuls: the same function
@@ -48,13 +48,17 @@ def lp_unit(x: Tensor, axis: int = -1, eps: float = 1e-6) -> Tensor:
     return _LpNorm.apply(x, axis, eps)
 
 
-def _by_head(layers: list[nn.Module], widths: list[int], heads: int, qat) -> nn.Module:
+def _by_head(layers: list[nn.Module], widths: list[int], heads: int, qat, row_scale: Tensor | None = None) -> nn.Module:
     """One Linear computing `layers` (all reading the same input), its outputs ordered head by head: head h's rows of
     each part in turn (a part of width w per head is rows [h w, (h + 1) w) of its layer, as _Heads.split reads them;
     `widths` per part, a layer holding several parts in a row). Per-channel weight scales and int32 biases (input
-    scale x weight scale) move with their rows, so a QAT layer computes the same values, reordered."""
+    scale x weight scale) move with their rows, so a QAT layer computes the same values, reordered. `row_scale`
+    multiplies the rows first (the layers' concatenated rows): a QAT layer's per-channel scales (its weights' abs-max)
+    follow, so its integer weights are the same and its outputs the scaled ones to float32 rounding."""
     weight = torch.cat([m.weight.detach() for m in layers])
     bias = torch.cat([m.bias.detach() for m in layers])
+    if row_scale is not None:
+        weight, bias = weight * row_scale[:, None], bias * row_scale
     starts = [sum(heads * w for w in widths[:i]) for i in range(len(widths))]
     order = [s0 + h * w + i for h in range(heads) for s0, w in zip(starts, widths) for i in range(w)]
     linear = nn.Linear(weight.shape[1], weight.shape[0])
@@ -82,8 +86,8 @@ def _merge(attn: _Heads, x: Tensor) -> Tensor:
 
 def _softmax_forward(self: SoftmaxAttention, x: Tensor, mask: Tensor | None = None) -> Tensor:
     from ...models.attention import softmax_attention
-    q, k, v = _project(self, x)
-    return _merge(self, softmax_attention(q * self.log_scale.exp(), k, v, mask=mask, quant=self.quant))
+    q, k, v = _project(self, x)  # q already times the score scale (_query_scale)
+    return _merge(self, softmax_attention(q, k, v, mask=mask, quant=self.quant))
 
 
 def _positive(name: str, x: Tensor) -> Tensor:
@@ -96,17 +100,28 @@ def _positive(name: str, x: Tensor) -> Tensor:
 
 
 def _oscillator_forward(self: OscillatorAttention, x: Tensor, mask: Tensor | None = None) -> Tensor:
-    parts = _project(self, x)
+    if mask is not None:
+        raise ValueError("an exported whole-clip oscillator attends over every token (no mask)")
+    parts = _project(self, x)  # q already times the score scale (_query_scale)
     q, k, v = parts[:3]
-    if self.anchor is not None:
-        r = lp_unit(self.point("r_raw", parts[3]), -1, self.eps)
-    else:
-        r = unit(k[..., : self.d_osc], self.eps)
+    r_raw = parts[3] if self.anchor is not None else k[..., : self.d_osc]
+    return _merge(self, self.onnx_core(q, k, v, r_raw, parts[-1] if self.gate is not None else None))
+
+
+def oscillator_core(layer: OscillatorAttention, q: Tensor, k: Tensor, v: Tensor, r_raw: Tensor,
+                    g_raw: Tensor | None = None) -> Tensor:
+    """What ai.edgeosc::OscillatorAttention computes from the projections (export/oscillator_attention.md): the
+    anchors' unit vectors, the key gate's map and its unit vector over the keys, then the core, at the layer's
+    points. The op files hold it as one node (custom_op.py), whose function body is this trace."""
+    point = layer.point
+    r = lp_unit(point("r_raw", r_raw) if layer.anchor is not None else r_raw, -1, layer.eps)
     g = None
-    if self.gate is not None:
-        g = self.point("g", _positive(self.gate_map, self.point("g_raw", parts[-1])))  # [B,H,T,1]
-        g = self.point("gn", lp_unit(g, 2, self.eps))  # unit over the keys
-    return _merge(self, self.core(q * self.log_scale.exp(), k, v, r, mask, g=g))
+    if g_raw is not None:
+        g = point("g", _positive(layer.gate_map, point("g_raw", g_raw)))  # [B,H,T,1]
+        g = point("gn", lp_unit(g, 2, layer.eps))  # unit over the keys
+    if layer.form == "linear" and not layer.window:
+        return direct_linear_core(layer, q, k, v, r, g=g)
+    return layer.core(q, k, v, r, g=g)
 
 
 def _picks(index, n: int, dtype=torch.float32) -> Tensor:
@@ -190,6 +205,14 @@ def _integer_norm_forward(self, x: Tensor) -> Tensor:
     return q("norm", lp_unit(centered, -1, 1e-6))
 
 
+def _query_scale(attn: _Heads, layers: list[nn.Module]) -> Tensor:
+    """Row factors of the concatenated projections: each head's score scale on its query rows, 1 elsewhere (one Mul
+    a layer fewer; the score scale multiplies q before its point in the torch model too)."""
+    scale = torch.ones(sum(m.out_features for m in layers))
+    scale[: attn.heads * attn.d_h] = attn.log_scale.detach().exp().reshape(attn.heads, 1).expand(-1, attn.d_h).flatten()
+    return scale
+
+
 def for_onnx(model: nn.Module) -> nn.Module:
     """A copy of a float or QAT KWS network (either kind) that traces to the ONNX graph described above."""
     model = copy.deepcopy(model)
@@ -209,12 +232,11 @@ def for_onnx(model: nn.Module) -> nn.Module:
                 layers += [p for p in (m.anchor, m.gate) if p is not None]
                 widths += ([m.d_osc] if m.anchor is not None else []) + ([1] if m.gate is not None else [])
                 m.forward = types.MethodType(_oscillator_forward, m)
-                if m.form == "linear":
-                    m.core = types.MethodType(direct_linear_core, m)
+                m.onnx_core = types.MethodType(oscillator_core, m)
             else:
                 m.forward = types.MethodType(_softmax_forward, m)
             m.onnx_tokens, m.onnx_widths = tokens, widths
-            m.onnx_proj = _by_head(layers, widths, m.heads, qat)
+            m.onnx_proj = _by_head(layers, widths, m.heads, qat, _query_scale(m, layers))
             for name in ("qkv", "anchor", "gate"):  # not traced now: float stand-ins (a quantized layer that the
                 if getattr(m, name, None) is not None:  # export's forward pass leaves out would lack its bias scale)
                     setattr(m, name, _by_head([getattr(m, name)], [getattr(m, name).out_features], 1, None))
