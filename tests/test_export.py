@@ -92,7 +92,7 @@ def test_custom_op_model_runs_in_stock_onnxruntime_and_matches(runs, kind):
         nodes = [n for n in model.graph.node if (n.domain, n.op_type) == (DOMAIN, OP)]
         assert len(nodes) == 2  # one per block
         assert [(f.domain, f.name) for f in model.functions] == [(DOMAIN, OP)]
-        assert len(nodes[0].input) == len(model.functions[0].input) == (5 if kind == "gated" else 4)  # + g
+        assert len(nodes[0].input) == len(model.functions[0].input) == 1  # the fused projections
         assert {o.domain: o.version for o in model.opset_import}[DOMAIN] == 2
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
         cfg = runs[kind]["qat"].cfg

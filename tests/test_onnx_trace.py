@@ -100,7 +100,8 @@ def test_onnx_files_are_few_ops_with_int8_projections(tmp_path):
         assert proj == ["MatMulIntegerToFloat"] * 2, proj
         assert len(nodes) < 300, len(nodes)  # the linear core's trace: ~700 (int8_qcdq.onnx), ~500 (the op's body)
     model = onnx.load(folder / "int8_qcdq_op.onnx")
-    assert len(model.functions[0].node) < 150  # the body: the direct form (the linear form's trace: ~300)
+    assert len(model.functions[0].node) < 200  # the body: heads split and merged, the direct form (the linear
+    # form's trace: ~300)
 
 
 def test_streaming_models_trace_as_they_are():

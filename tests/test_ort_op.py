@@ -130,14 +130,15 @@ def test_a_library_that_does_not_build_leaves_the_function(exported, monkeypatch
 
 # ---- the bare node: the library against the torch core, and the kernel's own refusals
 
-def _node_model(d_h, d_v, gate, **attrs):
-    """A graph of one OscillatorAttention node (no function: only the library runs it), inputs [B, H, T, d]."""
-    names = ["q", "k", "v", "r"] + (["g"] if gate else [])
-    dims = dict(q=d_h, k=d_h, v=d_v, r=2, g=1)
-    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", 2, "T", dims[n]]) for n in names]
-    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["B", 2, "T", d_v])
-    node = helper.make_node(ort_op.OP, names, ["out"], domain=ort_op.DOMAIN, **attrs)
-    return helper.make_model(helper.make_graph([node], "core", inputs, [out]),
+HEADS = 2
+
+
+def _node_model(**attrs):
+    """A graph of one OscillatorAttention node (no function: only the library runs it): x [B, T, H W] -> out."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "T", "C"])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["B", "T", "D"])
+    node = helper.make_node(ort_op.OP, ["x"], ["out"], domain=ort_op.DOMAIN, heads=HEADS, anchors="projected", **attrs)
+    return helper.make_model(helper.make_graph([node], "core", [x], [out]),
                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ort_op.DOMAIN, 2)])
 
 
@@ -147,25 +148,27 @@ def _session(model):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _inputs(rng, T, d_h, d_v, gate):
-    q, k = (rng.standard_normal((3, 2, T, d_h)).astype(np.float32) * 2 for _ in range(2))
-    v = rng.standard_normal((3, 2, T, d_v)).astype(np.float32)
-    r = rng.standard_normal((3, 2, T, 2)).astype(np.float32)  # raw anchors and gates: the node takes unit vectors
-    r[0, 0, 0] = 0.0  # a key with no direction: 0, as LpNormalization
-    feeds = dict(q=q, k=k, v=v, r=r)
+def _inputs(rng, T, d_h, gate):
+    """Per head q, k, v, raw anchors (one with no direction: 0, as LpNormalization) and raw gates, [B, H, T, .] each,
+    and x, their fused layout [B, T, H W]."""
+    parts = dict(q=rng.standard_normal((3, HEADS, T, d_h)) * 2, k=rng.standard_normal((3, HEADS, T, d_h)) * 2,
+                 v=rng.standard_normal((3, HEADS, T, d_h)), r=rng.standard_normal((3, HEADS, T, 2)))
+    parts["r"][0, 0, 0] = 0.0
     if gate:
-        feeds["g"] = rng.standard_normal((3, 2, T, 1)).astype(np.float32)
-    return feeds
+        parts["g"] = rng.standard_normal((3, HEADS, T, 1))
+    parts = {n: a.astype(np.float32) for n, a in parts.items()}
+    x = np.concatenate(list(parts.values()), -1).transpose(0, 2, 1, 3).reshape(3, T, -1)
+    return parts, np.ascontiguousarray(x)
 
 
 SCALES = dict(q=0.03, k=0.04, v=0.02, r=1 / 128, z=1 / 128, out=0.01, r_raw=0.02, g_raw=0.03, g=0.02, gn=1 / 128)
 
 
-@pytest.mark.parametrize("d_h, d_v, p, gate", [(8, 8, 4, True), (8, 8, 4, False), (4, 6, 2, True), (3, 5, 8, False)])
+@pytest.mark.parametrize("d_h, p, gate", [(8, 4, True), (8, 4, False), (4, 2, True), (3, 8, False)])
 @pytest.mark.parametrize("quantized", [True, False])
-def test_the_bare_node_equals_the_torch_core(d_h, d_v, p, gate, quantized):
-    """The models' head (d_h 8, d_v 8, p 4: the unrolled path) and others, against the anchors' and gates' unit
-    vectors and oscillator_attention_linear (what trace.oscillator_core computes)."""
+def test_the_bare_node_equals_the_torch_core(d_h, p, gate, quantized):
+    """The models' head (d_h 8, p 4: the unrolled path) and others, against the anchors' and gates' unit vectors,
+    oscillator_attention_linear and the heads merged (what trace.oscillator_heads computes)."""
     from edgeosc.models.attention import oscillator_attention_linear, unit
 
     attrs = dict(p=p, eps=1e-6, d_osc=2, positive="taylor2", form="linear", **(dict(gate_map="taylor2") if gate else {}))
@@ -177,16 +180,17 @@ def test_the_bare_node_equals_the_torch_core(d_h, d_v, p, gate, quantized):
         return torch.clamp(torch.round(x / s), 0 if name == "g" else -128, 255 if name == "g" else 127) * s
 
     quant = fake_quant if quantized else lambda name, x: x
-    feeds = _inputs(np.random.default_rng(d_h * 10 + p), 17, d_h, d_v, gate)
-    got = _session(_node_model(d_h, d_v, gate, **attrs)).run(None, feeds)[0]
-    t = {n: torch.from_numpy(a) for n, a in feeds.items()}
+    parts, x = _inputs(np.random.default_rng(d_h * 10 + p), 17, d_h, gate)
+    got = _session(_node_model(**attrs)).run(None, dict(x=x))[0]
+    t = {n: torch.from_numpy(a) for n, a in parts.items()}
     r = unit(quant("r_raw", t["r"]), 0.0)
     g = None
     if gate:
         y = quant("g_raw", t["g"]) + 1.0
         g = quant("gn", unit(quant("g", (y * y + 1.0) * 0.5).transpose(-1, -2), 0.0).transpose(-1, -2))
     want = oscillator_attention_linear(t["q"], t["k"], t["v"], r, p=p, eps=1e-6, g=g,
-                                       quant=fake_quant if quantized else None).numpy()
+                                       quant=fake_quant if quantized else None)
+    want = want.transpose(1, 2).flatten(-2).numpy()  # the heads merged
     dev = np.abs(got - want)
     if quantized:  # out on its grid; a float32 sum's order may flip the odd rounding tie at z or out
         assert dev.max() <= SCALES["out"] * 1.001 and (dev < 1e-6).mean() >= 0.98, (dev.max(), (dev < 1e-6).mean())
@@ -204,7 +208,8 @@ def test_the_kernel_refuses_what_it_does_not_run_by_name():
                           (dict(base, gate_map="softplus"), 'map must be "taylor2"'),
                           (dict(base, g_scale=0.1), "needs all of g_raw_scale")):
         with pytest.raises(Exception, match=f"edgeosc_ort_op: ai.edgeosc::OscillatorAttention: .*{needle}"):
-            _session(_node_model(8, 8, False, **attrs))
-    wide = _session(_node_model(40, 8, False, **base))
-    with pytest.raises(Exception, match="d_h must be 1..32"):
-        wide.run(None, _inputs(np.random.default_rng(0), 5, 40, 8, False))
+            _session(_node_model(**attrs))
+    session = _session(_node_model(**base))
+    for d_h, width in ((40, 3 * 40 + 2), (8, 3 * 8 + 1)):  # d_h over 32; a width no head layout has
+        with pytest.raises(Exception, match="x's last dimension must be heads"):
+            session.run(None, dict(x=np.zeros((1, 5, HEADS * width), np.float32)))

@@ -119,7 +119,7 @@ def unit(x: Tensor, eps: float) -> Tensor:
     say) gives zeros; F.normalize's gradient there would be 1/eps.
     """
     sq = x.square().sum(-1, keepdim=True)
-    return torch.where(sq > eps * eps, x * sq.clamp_min(eps * eps).rsqrt(), torch.zeros_like(x))
+    return torch.where(sq > eps * eps, x * sq.clamp_min(eps * eps).rsqrt(), 0.0)  # a scalar: traces without x.shape
 
 
 def oscillator_attention(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p: int = 1, eps: float = 1e-6,

@@ -3,10 +3,12 @@
     opts = onnxruntime.SessionOptions()
     opts.register_custom_ops_library(str(ort_op.build()))
 
-The library (export/ort_op/edgeosc_ort_op.c; no onnxruntime header needed) runs version 2 of the node, the linear
-core (form "linear", d_osc 2, taylor2, with or without the key gate, from raw anchors and gates) of float_op.onnx and
-int8_qcdq_op.onnx, computing what the node's ONNX function computes (export/oscillator_attention.md). OnnxRunner registers it for every file holding the domain
-whose nodes it supports (`unsupported`); otherwise onnxruntime inlines the function, as stock onnxruntime does.
+The library (export/ort_op/edgeosc_ort_op.c; no onnxruntime header needed) runs version 2 of the node (an attention
+layer between its projections: the fused projections in, the heads merged out) over the linear core (form "linear",
+d_osc 2, taylor2, projected anchors, with or without a taylor2 key gate) of float_op.onnx and int8_qcdq_op.onnx,
+computing what the node's ONNX function computes (export/oscillator_attention.md). OnnxRunner registers it for every
+file holding the domain whose nodes it supports (`unsupported`); otherwise onnxruntime inlines the function, as stock
+onnxruntime does.
 Torch-free, like the rest of edgeosc.runtime.
 """
 from __future__ import annotations
@@ -63,10 +65,12 @@ def unsupported(model: onnx.ModelProto) -> str | None:
         given = [s for s in scales if s in attrs]
         if given and (len(given) < len(scales) or not all(0 < attrs[s] < math.inf for s in scales)):
             return f"quantization scales {given} (the kernel needs all of {scales}, positive)"
-        if len(node.input) not in (4, 5):
-            return f"{len(node.input)} inputs (the kernel takes q, k, v, r and optionally g)"
-        if len(node.input) == 5 and text.get("gate_map") != "taylor2":
-            return f"gate_map {text.get('gate_map')!r} (the kernel runs taylor2)"
+        if len(node.input) != 1:
+            return f"{len(node.input)} inputs (the kernel takes one, the fused projections)"
+        if text.get("anchors") != "projected":
+            return f"anchors {text.get('anchors')!r} (the kernel runs projected anchors)"
+        if "gate_map" in text and text["gate_map"] != "taylor2":
+            return f"gate_map {text['gate_map']!r} (the kernel runs taylor2)"
     for fn in model.functions:  # the body's points: int8 at zero point 0, uint8 for g (the kernel's ranges)
         for n in fn.node:
             zp = [a.t for a in n.attribute if n.op_type == "Constant" and a.type == onnx.AttributeProto.TENSOR

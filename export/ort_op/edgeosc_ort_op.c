@@ -1,16 +1,17 @@
 /* ai.edgeosc::OscillatorAttention (version 2) as an ONNX Runtime custom op: the linear core (form "linear", d_osc 2,
  * taylor2, with or without the key gate) of export/oscillator_attention.md, for float_op.onnx and int8_qcdq_op.onnx.
  *
- * Inputs q, k, v [B, H, T, d_h | d_v], raw anchors r [B, H, T, 2] and optionally raw gates g [B, H, T, 1], all
- * float32; output out [B, H, T, d_v]. The kernel computes what the node's model-local ONNX function computes (the
- * function onnxruntime otherwise inlines: edgeosc/export/onnx/trace.py's oscillator_core, the anchors' and gates' unit
- * vectors and the gate's map, then the linear core in its direct form), as the float32 operations of
+ * Input x [B, T, H W], the attention layer's fused projections, per head (W = 3 d_h + 2 (+ 1)) q (times the score
+ * scale), k, v, the raw anchor and, in a gated node, the raw gate; output out [B, T, H d_v], the heads merged
+ * (d_v = d_h); float32. The kernel computes what the node's model-local ONNX function computes (the function
+ * onnxruntime otherwise inlines: edgeosc/export/onnx/trace.py's oscillator_heads, the anchors' and gates' unit vectors
+ * and the gate's map, then the linear core in its direct form), as the float32 operations of
  * oscillator_attention_linear in edgeosc/models/attention.py, with the points r_raw, g_raw, g, gn, q, k, v, r, z, out
  * quantized as the function's QuantizeLinear/DequantizeLinear pairs do (x / s rounded half to even, saturated to
  * int8, or uint8 for g, times s) where the node carries their <point>_scale attributes (int8_qcdq_op.onnx), and left
  * alone where it does not (float_op.onnx). Unit vectors as onnxruntime's LpNormalization: x / sqrt(the squares summed
  * in order), 0 where that is 0.
- * Per head one pass over the keys builds the two sums (the coupling's S [F, 3] and the readout's M [2p + 1, d_v + 1])
+ * Per head one pass over the keys builds the two sums (the coupling's S [F, 2] and the readout's M [2p + 1, d_v + 1])
  * and one pass over the queries reads them; the function computes the coupling as T x T products instead, so the two
  * agree to float32 rounding.
  *
@@ -46,7 +47,7 @@ typedef void (*OrtSlot)(void); /* a slot this file never calls */
 
 enum { ORT_FAIL = 1, ORT_INVALID_ARGUMENT = 2 };           /* OrtErrorCode */
 enum { ONNX_FLOAT = 1 };                                   /* ONNXTensorElementDataType */
-enum { IO_REQUIRED = 0, IO_OPTIONAL = 1 };                 /* OrtCustomOpInputOutputCharacteristic */
+enum { IO_REQUIRED = 0 };                                  /* OrtCustomOpInputOutputCharacteristic */
 enum { MEM_DEFAULT = 0 };                                  /* OrtMemType */
 
 /* The API version asked for and written into OrtCustomOp.version: 16 is the first with CreateKernelV2 and
@@ -125,7 +126,6 @@ SLOT_AT(ReleaseTensorTypeAndShapeInfo, 99);
 #define DOMAIN "ai.edgeosc"
 #define OP_NAME "OscillatorAttention"
 #define MAX_D_HEAD 32 /* the sums live on the stack: F <= 561 coupling features */
-#define MAX_D_VALUE 64
 #define MAX_P 8
 #define FEATURES(dh) (1 + (dh) + (dh) * ((dh) + 1) / 2)
 #define SQRT_HALF 0.70710677f /* float32(sqrt(1/2)): the squares' weight in coupling_features */
@@ -143,8 +143,8 @@ typedef struct {
   const OrtApi *api;
   int p, quantized;          /* quantized: the core's six points */
   int has[POINTS];           /* which points the node quantizes (r_raw and the gate's: optional) */
-  int gate_map;              /* attribute gate_map is "taylor2" (a gated node's must be) */
-  float eps2;                /* the body's eps * eps, a float32 constant */
+  int gate_map;              /* attribute gate_map is "taylor2": a gated node (W = 3 d_h + 3) */
+  int heads;
   float scale[POINTS];       /* int8 model: the points' scales (zero point 0) */
   float weight[MAX_P + 1];   /* a_m: (1 + cos d)^p = sum_m a_m cos m d (attention.harmonic_coefficients) */
 } Kernel;
@@ -172,15 +172,20 @@ static inline __attribute__((always_inline)) v4 point4(const Kernel *kn, int whi
   y = (v4)(((v4i)y & ~above) | ((v4i)hi & above));
   return (y + big - big) * s;
 }
+/* n values into out, zero padded to whole vectors */
+static inline __attribute__((always_inline)) void load(const float *x, const int n, Row *out) {
+  int i;
+  for (i = 0; i < n; ++i) out->f[i] = x[i];
+  while (i % 4) out->f[i++] = 0.0f;
+}
 /* n values at point `which` into out, zero padded to whole vectors */
 static inline __attribute__((always_inline)) void points(const Kernel *kn, int which, const float *x, const int n,
                                                          Row *out) {
   int i;
-  for (i = 0; i < n; ++i) out->f[i] = x[i];
-  while (i % 4) out->f[i++] = 0.0f;
+  load(x, n, out);
   for (i = 0; i < V4(n); ++i) out->v[i] = point4(kn, which, out->v[i]);
 }
-/* n values of an array at point `which`, in place */
+/* n values of an array at point `which`, in place (a tensor at once: the divisions pipeline) */
 static void point_array(const Kernel *kn, int which, float *x, size_t n) {
   size_t i;
   v4 y;
@@ -193,14 +198,14 @@ static void point_array(const Kernel *kn, int which, float *x, size_t n) {
   for (; i < n; ++i) x[i] = point4(kn, which, (v4){x[i], 0.0f, 0.0f, 0.0f})[0];
 }
 
-/* phi(x) of coupling_features, [1, x', x'_a x'_b (a <= b, squares times sqrt(1/2))] with x' = point(x) d_h^-1/4,
- * zero padded to whole vectors */
-static inline __attribute__((always_inline)) void coupling_features(const Kernel *kn, int which, const float *x,
-                                                                    const int dh, float root, Row *phi) {
+/* phi(x) of coupling_features, [1, x', x'_a x'_b (a <= b, squares times sqrt(1/2))] with x' = x d_h^-1/4 (x at its
+ * point already), zero padded to whole vectors */
+static inline __attribute__((always_inline)) void coupling_features(const float *x, const int dh, float root,
+                                                                    Row *phi) {
   Row row;
   float *const xs = row.f;
   int a, b, f = 1 + dh;
-  points(kn, which, x, dh, &row);
+  load(x, dh, &row);
   phi->f[0] = 1.0f;
   for (a = 0; a < dh; ++a) phi->f[1 + a] = xs[a] = xs[a] * root;
 #pragma GCC unroll 8 /* straight-line code for the models' head (dh a constant 8) */
@@ -224,11 +229,10 @@ static inline __attribute__((always_inline)) void harmonics(float c, float s, co
   }
 }
 
-/* The keys' anchors, n raw ones [n, 2] at point r_raw, as unit vectors at point r into r: LpNormalization's
+/* The keys' anchors, n raw ones [n, 2] at point r_raw, as unit vectors at point r, in place: LpNormalization's
  * x / |x| (the squares summed in order), 0 where |x| = 0 */
-static void anchors(const Kernel *kn, const float *raw, size_t n, float *r) {
+static void anchors(const Kernel *kn, float *r, size_t n) {
   size_t i;
-  memcpy(r, raw, 2 * n * sizeof *r);
   point_array(kn, PRRAW, r, 2 * n);
   for (i = 0; i < n; ++i) {
     const float norm = sqrtf(r[2 * i] * r[2 * i] + r[2 * i + 1] * r[2 * i + 1]);
@@ -238,10 +242,9 @@ static void anchors(const Kernel *kn, const float *raw, size_t n, float *r) {
   point_array(kn, PR, r, 2 * n);
 }
 /* The key gates of `heads` heads of T raw values each at point g_raw: g = taylor2 as ((x + 1)^2 + 1) / 2 (the body's
- * float32 operations) at point g, then each head's unit vector over its keys at point gn, into g */
-static void gates(const Kernel *kn, const float *raw, size_t heads, size_t T, float *g) {
+ * float32 operations) at point g, then each head's unit vector over its keys at point gn, in place */
+static void gates(const Kernel *kn, float *g, size_t heads, size_t T) {
   size_t h, i, n = heads * T;
-  memcpy(g, raw, n * sizeof *g);
   point_array(kn, PGRAW, g, n);
   for (i = 0; i < n; ++i) {
     const float y = g[i] + 1.0f;
@@ -256,60 +259,56 @@ static void gates(const Kernel *kn, const float *raw, size_t heads, size_t T, fl
   }
   point_array(kn, PGN, g, n);
 }
-/* One head: q, k [T, dh], v [T, dv], unit anchors r [T, 2] and unit gates g [T] (or NULL) at their points -> out
- * [T, dv] (oscillator_attention_linear): the
- * coupling's sums S = sum_j phi(k_j) [r_j, 1] (columns S0, S1, S2) and the readout's M = sum_j g_j psi(r_j) [v_j, 1]
- * (rows of d_v numerators, and Mden) over the keys, then each query against them. Inlined with constant dh, dv and p
+/* One head: q, k [T, dh], v [T, dv], unit anchors r [T, 2] and unit gates g [T] (or NULL), all at their points -> out
+ * [T, dv], rows `stride` apart (oscillator_attention_linear): the
+ * coupling's sums S = sum_j phi(k_j) r_j (columns S0, S1) and the readout's M = sum_j g_j psi(r_j) [v_j, 1]
+ * (rows of d_v numerators, and Mden) over the keys, then each query against them. z = unit(phi(q)^T S) needs no
+ * division by phi(q)^T sum_j phi(k_j), a positive factor (taylor2 >= 1/2), which the body leaves out as well. Inlined with constant dh, dv and p
  * for the models' head (head() below), which unrolls it. */
 static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int T, const float *q, const float *k,
                                                           const float *v, const float *r, const float *g, float *out,
-                                                          const int dh, const int dv, const int p) {
+                                                          size_t stride, const int dh, const int dv, const int p) {
   const int NF = V4(FEATURES(dh)), NV = V4(dv), R = 2 * p + 1;
   const float root = powf((float)dh, -0.25f);
-  v4 S0[V4(FEATURES(MAX_D_HEAD))], S1[V4(FEATURES(MAX_D_HEAD))], S2[V4(FEATURES(MAX_D_HEAD))];
-  v4 M[2 * MAX_P + 1][V4(MAX_D_VALUE)];
+  v4 S0[V4(FEATURES(MAX_D_HEAD))], S1[V4(FEATURES(MAX_D_HEAD))];
+  v4 M[2 * MAX_P + 1][V4(MAX_D_HEAD)];
   float Mden[2 * MAX_P + 1], psi[2 * MAX_P + 1], r0, r1;
   Row phi, x, pt;
   int i, n, m, d;
-  for (n = 0; n < NF; ++n) S0[n] = S1[n] = S2[n] = (v4){0.0f, 0.0f, 0.0f, 0.0f};
+  for (n = 0; n < NF; ++n) S0[n] = S1[n] = (v4){0.0f, 0.0f, 0.0f, 0.0f};
   for (m = 0; m < R; ++m) {
     for (n = 0; n < NV; ++n) M[m][n] = (v4){0.0f, 0.0f, 0.0f, 0.0f};
     Mden[m] = 0.0f;
   }
   for (i = 0; i < T; ++i) { /* the keys */
-    coupling_features(kn, PK, k + (size_t)i * dh, dh, root, &phi);
+    coupling_features(k + (size_t)i * dh, dh, root, &phi);
     r0 = r[2 * (size_t)i], r1 = r[2 * (size_t)i + 1];
     for (n = 0; n < NF; ++n) {
       S0[n] += phi.v[n] * r0;
       S1[n] += phi.v[n] * r1;
-      S2[n] += phi.v[n];
     }
     psi[0] = 1.0f;
     harmonics(r0, r1, p, psi + 1);
     if (g)
       for (m = 0; m < R; ++m) psi[m] *= g[i];
-    points(kn, PV, v + (size_t)i * dv, dv, &x);
+    load(v + (size_t)i * dv, dv, &x);
     for (m = 0; m < R; ++m) {
       for (n = 0; n < NV; ++n) M[m][n] += psi[m] * x.v[n];
       Mden[m] += psi[m];
     }
   }
-  for (i = 0; i < T; ++i) { /* the queries: z = unit(phi(q)^T S / phi(q)^T s), out = psi(z)^T M / psi(z)^T m */
-    v4 a0 = {0.0f, 0.0f, 0.0f, 0.0f}, a1 = a0, a2 = a0;
+  for (i = 0; i < T; ++i) { /* the queries: z = unit(phi(q)^T S), out = psi(z)^T M / psi(z)^T m */
+    v4 a0 = {0.0f, 0.0f, 0.0f, 0.0f}, a1 = a0;
     float h0, h1, den, z[2] = {0.0f, 0.0f}, sq;
-    coupling_features(kn, PQ, q + (size_t)i * dh, dh, root, &phi);
+    coupling_features(q + (size_t)i * dh, dh, root, &phi);
     for (n = 0; n < NF; ++n) {
       a0 += phi.v[n] * S0[n];
       a1 += phi.v[n] * S1[n];
-      a2 += phi.v[n] * S2[n];
     }
     h0 = (a0[0] + a0[1]) + (a0[2] + a0[3]);
     h1 = (a1[0] + a1[1]) + (a1[2] + a1[3]);
-    den = (a2[0] + a2[1]) + (a2[2] + a2[3]);
-    if (den > FLT_MIN) h0 /= den, h1 /= den;
-    else h0 = h1 = 0.0f;
-    sq = h0 * h0 + h1 * h1; /* unit(h): 0 where |h|^2 <= eps^2 */
-    if (sq > kn->eps2) {
+    sq = h0 * h0 + h1 * h1; /* unit(h) as LpNormalization: 0 where |h| = 0 */
+    if (sq > 0.0f) {
       const float inv = 1.0f / sqrtf(sq);
       z[0] = h0 * inv, z[1] = h1 * inv;
     }
@@ -325,16 +324,16 @@ static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int 
     }
     for (d = 0; d < dv; ++d) x.f[d] = den > FLT_MIN ? x.f[d] / den : 0.0f;
     points(kn, POUT, x.f, dv, &pt);
-    for (d = 0; d < dv; ++d) out[(size_t)i * dv + d] = pt.f[d];
+    for (d = 0; d < dv; ++d) out[(size_t)i * stride + d] = pt.f[d];
   }
 }
 
 static void head(const Kernel *kn, int T, int dh, int dv, const float *q, const float *k, const float *v,
-                 const float *r, const float *g, float *out) {
+                 const float *r, const float *g, float *out, size_t stride) {
   if (dh == 8 && dv == 8 && kn->p == 4) /* the pipeline's model: d_model 32, 4 heads, p 4 */
-    head_of(kn, T, q, k, v, r, g, out, 8, 8, 4);
+    head_of(kn, T, q, k, v, r, g, out, stride, 8, 8, 4);
   else
-    head_of(kn, T, q, k, v, r, g, out, dh, dv, kn->p);
+    head_of(kn, T, q, k, v, r, g, out, stride, dh, dv, kn->p);
 }
 
 static OrtStatus *fail(const OrtApi *api, const char *what) {
@@ -377,7 +376,7 @@ static int attr_is_string(const OrtApi *api, const OrtKernelInfo *info, const ch
 
 static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *api, const OrtKernelInfo *info, void **out) {
   Kernel kn;
-  int64_t p = 0, d_osc = 0;
+  int64_t p = 0, d_osc = 0, heads = 0;
   float eps = 0.0f;
   int n, m;
   (void)op;
@@ -387,16 +386,24 @@ static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *api, const 
   if (!attr_is(api, info, "positive", "taylor2")) return fail(api, "the linear core needs positive \"taylor2\"");
   if (!attr_int(api, info, "d_osc", &d_osc) || d_osc != 2) return fail(api, "the kernel runs d_osc 2 only");
   if (!attr_int(api, info, "p", &p) || p < 1 || p > MAX_P) return fail(api, "p must be 1..8");
+  /* eps is the torch core's cut-off; the body's unit vectors are LpNormalization's, 0 only for a zero vector */
   if (!attr_float(api, info, "eps", &eps) || !(eps >= 0.0f)) return fail(api, "needs attribute eps >= 0");
+  if (!attr_is(api, info, "anchors", "projected"))
+    return fail(api, "the kernel runs projected anchors (attribute anchors \"projected\")");
   memset(&kn, 0, sizeof kn);
+  if (!attr_int(api, info, "heads", &heads) || heads < 1 || heads > 4096) return fail(api, "heads must be 1..4096");
+  kn.heads = (int)heads;
   kn.gate_map = attr_is(api, info, "gate_map", "taylor2");
   if (!kn.gate_map && attr_is_string(api, info, "gate_map"))
     return fail(api, "the key gate's map must be \"taylor2\" (attribute gate_map)");
-  kn.api = api, kn.p = (int)p, kn.eps2 = (float)((double)eps * (double)eps);
+  kn.api = api, kn.p = (int)p;
   for (n = 0; n < POINTS; ++n) kn.has[n] = attr_float(api, info, kScales[n], &kn.scale[n]);
   for (n = 0; n < CORE_POINTS; ++n) kn.quantized += kn.has[n];
   if (kn.quantized && kn.quantized != CORE_POINTS)
     return fail(api, "an int8 node needs all of q_scale k_scale v_scale r_scale z_scale out_scale");
+  if (kn.quantized && !kn.has[PRRAW]) return fail(api, "an int8 node needs r_raw_scale");
+  if (kn.quantized && kn.gate_map && !kn.has[PG])
+    return fail(api, "an int8 gated node needs g_raw_scale g_scale gn_scale");
   if ((kn.has[PGRAW] + kn.has[PG] + kn.has[PGN]) % 3 != 0 || (!kn.quantized && (kn.has[PRRAW] || kn.has[PGRAW])))
     return fail(api, "an int8 node's gate needs all of g_raw_scale g_scale gn_scale (and a float node none)");
   for (n = 0; n < POINTS; ++n)
@@ -418,17 +425,35 @@ static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *api, const 
   return NULL;
 }
 
-/* an input's dims (rank 4) into dims; NULL or an error status */
+/* The heads apart: x [B, T, H, W] -> q, k, v [B H, T, dh], r [B H, T, 2], g [B H, T] (gated) */
+static inline __attribute__((always_inline)) void split(const float *x, size_t B, size_t T, size_t H, const size_t dh,
+                                                        int gated, float *q, float *k, float *v, float *r, float *g) {
+  const size_t W = 3 * dh + 2 + (size_t)gated;
+  size_t b, t, h;
+  for (b = 0; b < B; ++b)
+    for (t = 0; t < T; ++t)
+      for (h = 0; h < H; ++h) {
+        const float *src = x + ((b * T + t) * H + h) * W;
+        const size_t row = (b * H + h) * T + t;
+        memcpy(q + row * dh, src, dh * sizeof *q);
+        memcpy(k + row * dh, src + dh, dh * sizeof *k);
+        memcpy(v + row * dh, src + 2 * dh, dh * sizeof *v);
+        r[2 * row] = src[3 * dh], r[2 * row + 1] = src[3 * dh + 1];
+        if (gated) g[row] = src[3 * dh + 2];
+      }
+}
+
+/* an input's dims (rank 3) into dims; NULL or an error status */
 static OrtStatus *dims_of(const OrtApi *api, const OrtValue *value, int64_t *dims) {
   OrtTensorTypeAndShapeInfo *info = NULL;
   size_t rank = 0;
   OrtStatus *st = api->GetTensorTypeAndShape(value, &info);
   if (!st) st = api->GetDimensionsCount(info, &rank);
-  if (!st && rank != 4) {
+  if (!st && rank != 3) {
     api->ReleaseTensorTypeAndShapeInfo(info);
-    return fail(api, "inputs must be [B, H, T, d] tensors");
+    return fail(api, "input x must be [B, T, H W]");
   }
-  if (!st) st = api->GetDimensions(info, dims, 4);
+  if (!st) st = api->GetDimensions(info, dims, 3);
   if (info) api->ReleaseTensorTypeAndShapeInfo(info);
   return st;
 }
@@ -436,46 +461,46 @@ static OrtStatus *dims_of(const OrtApi *api, const OrtValue *value, int64_t *dim
 static OrtStatus *compute(void *kernel, OrtKernelContext *ctx) {
   const Kernel *kn = (const Kernel *)kernel;
   const OrtApi *api = kn->api;
-  const OrtValue *in[5] = {0};
-  const float *x[5] = {0};
-  int64_t dims[5][4];
-  size_t count = 0, n, heads, b;
+  const OrtValue *in = NULL;
+  const float *x = NULL;
+  int64_t dims[3], width;
+  size_t count = 0;
   OrtValue *out = NULL;
   float *y = NULL;
   OrtStatus *st = api->KernelContext_GetInputCount(ctx, &count);
   if (st) return st;
-  if (count < 4 || count > 5) return fail(api, "takes inputs q, k, v, r and optionally g");
-  for (n = 0; n < count; ++n) {
-    if ((st = api->KernelContext_GetInput(ctx, n, &in[n])) != NULL) return st;
-    if (!in[n]) continue; /* an optional input left empty */
-    if ((st = dims_of(api, in[n], dims[n])) != NULL) return st;
-    if ((st = api->GetTensorMutableData((OrtValue *)in[n], (void **)&x[n])) != NULL) return st;
-  }
-  for (n = 0; n < count; ++n)
-    if (in[n] && (dims[n][0] != dims[0][0] || dims[n][1] != dims[0][1] || dims[n][2] != dims[0][2]))
-      return fail(api, "q, k, v, r, g must agree in B, H and T");
-  if (!in[0] || !in[1] || !in[2] || !in[3]) return fail(api, "q, k, v and r are required");
-  if (in[4] && (!kn->gate_map || (kn->quantized && !kn->has[PG])))
-    return fail(api, "a node with gates g needs gate_map \"taylor2\" (and in int8, g_raw_scale g_scale gn_scale)");
-  if (dims[1][3] != dims[0][3] || dims[3][3] != 2 || (in[4] && dims[4][3] != 1))
-    return fail(api, "k must match q's d_h, r be [.., 2] (d_osc 2) and g [.., 1]");
-  if (dims[0][3] < 1 || dims[0][3] > MAX_D_HEAD || dims[2][3] < 1 || dims[2][3] > MAX_D_VALUE)
-    return fail(api, "d_h must be 1..32 and d_v 1..64");
-  if ((st = api->KernelContext_GetOutput(ctx, 0, dims[2], 4, &out)) != NULL) return st;
+  if (count != 1) return fail(api, "takes one input, x");
+  if ((st = api->KernelContext_GetInput(ctx, 0, &in)) != NULL) return st;
+  if ((st = dims_of(api, in, dims)) != NULL) return st;
+  if ((st = api->GetTensorMutableData((OrtValue *)in, (void **)&x)) != NULL) return st;
+  width = dims[2] / kn->heads - 2 - kn->gate_map; /* 3 d_h */
+  if (dims[2] % kn->heads || width % 3 || width < 3 || width > 3 * MAX_D_HEAD)
+    return fail(api, "x's last dimension must be heads (3 d_h + 2 (+ 1 with the gate)), d_h 1..32");
+  dims[2] = kn->heads * (width / 3); /* out: [B, T, H d_v] */
+  if ((st = api->KernelContext_GetOutput(ctx, 0, dims, 3, &out)) != NULL) return st;
   if ((st = api->GetTensorMutableData(out, (void **)&y)) != NULL) return st;
   {
-    const int T = (int)dims[0][2], dh = (int)dims[0][3], dv = (int)dims[2][3];
-    float *r, *g; /* the unit anchors, then the unit gates, of every head */
-    heads = (size_t)(dims[0][0] * dims[0][1]);
-    if (!(r = (float *)malloc(heads * (size_t)T * 3 * sizeof *r)))
+    const int T = (int)dims[1], dh = (int)(width / 3), H = kn->heads;
+    const size_t heads = (size_t)dims[0] * (size_t)H, rows = heads * (size_t)T;
+    size_t b, h;
+    float *q, *k, *v, *r, *g; /* every head's inputs, [B H, T, .], at their points: q, k, v, unit anchors and gates */
+    if (!(q = (float *)malloc(rows * (size_t)(3 * dh + 3) * sizeof *q)))
       return api->CreateStatus(ORT_FAIL, "edgeosc_ort_op: out of memory");
-    g = r + heads * (size_t)T * 2;
-    anchors(kn, x[3], heads * (size_t)T, r);
-    if (x[4]) gates(kn, x[4], heads, (size_t)T, g);
-    for (b = 0; b < heads; ++b)
-      head(kn, T, dh, dv, x[0] + b * T * dh, x[1] + b * T * dh, x[2] + b * T * dv, r + b * T * 2,
-           x[4] ? g + b * T : NULL, y + b * T * dv);
-    free(r);
+    k = q + rows * dh, v = k + rows * dh, r = v + rows * dh, g = r + rows * 2;
+    if (dh == 8) /* the models' head: copies of a constant size, inlined */
+      split(x, (size_t)dims[0], (size_t)T, (size_t)H, 8, kn->gate_map, q, k, v, r, g);
+    else
+      split(x, (size_t)dims[0], (size_t)T, (size_t)H, (size_t)dh, kn->gate_map, q, k, v, r, g);
+    point_array(kn, PQ, q, rows * dh), point_array(kn, PK, k, rows * dh), point_array(kn, PV, v, rows * dh);
+    anchors(kn, r, rows);
+    if (kn->gate_map) gates(kn, g, heads, (size_t)T);
+    for (b = 0; b < (size_t)dims[0]; ++b)
+      for (h = 0; h < (size_t)H; ++h) {
+        const size_t at = (b * H + h) * T;
+        head(kn, T, dh, dh, q + at * dh, k + at * dh, v + at * dh, r + at * 2, kn->gate_map ? g + at : NULL,
+             y + b * T * H * dh + h * dh, (size_t)H * dh);
+      }
+    free(q);
   }
   return NULL;
 }
@@ -484,9 +509,9 @@ static void destroy(void *kernel) { free(kernel); }
 static const char *op_name(const OrtCustomOp *op) { (void)op; return OP_NAME; }
 static const char *op_provider(const OrtCustomOp *op) { (void)op; return NULL; /* CPU */ }
 static int op_type(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return ONNX_FLOAT; }
-static size_t op_inputs(const OrtCustomOp *op) { (void)op; return 5; }
+static size_t op_inputs(const OrtCustomOp *op) { (void)op; return 1; }
 static size_t op_outputs(const OrtCustomOp *op) { (void)op; return 1; }
-static int op_input_kind(const OrtCustomOp *op, size_t i) { (void)op; return i == 4 ? IO_OPTIONAL : IO_REQUIRED; }
+static int op_input_kind(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return IO_REQUIRED; }
 static int op_output_kind(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return IO_REQUIRED; }
 static int op_memory(const OrtCustomOp *op, size_t i) { (void)op, (void)i; return MEM_DEFAULT; }
 

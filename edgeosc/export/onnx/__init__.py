@@ -85,8 +85,8 @@ def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
     net.eval()
     mcfg = model.cfg
     x = torch.randn(1, mcfg.n_frames, mcfg.n_coeffs, generator=torch.Generator().manual_seed(0))
-    layer = _oscillator_layer(net)
     net = for_onnx(net)
+    layer = _oscillator_layer(net)  # traced: the function body reads its head layout
     with torch.no_grad():
         _save(_float_onnx(net, x, cfg, custom=False), out_dir / "float.onnx")
         if layer is not None:

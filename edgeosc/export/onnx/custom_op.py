@@ -1,9 +1,11 @@
-"""The oscillator attention core as one ONNX node, ai.edgeosc::OscillatorAttention (export/oscillator_attention.md).
+"""The oscillator attention between its projections as one ONNX node, ai.edgeosc::OscillatorAttention
+(export/oscillator_attention.md).
 
-The node reads the attention layer's projections (queries already times the score scale, keys, values, raw anchors
-and, with the key gate, raw gates) and carries a model-local ONNX function whose body is trace.oscillator_core (the
-anchors' and gates' unit vectors, the gate's map, then the core of attention.py: the maths once), so stock
-onnxruntime inlines and runs it, while a runtime with a native kernel replaces it by name. The attribute form
+The node reads the attention layer's fused projections (per head: queries already times the score scale, keys,
+values, raw anchors and, with the key gate, raw gates) and gives the heads merged. It carries a model-local ONNX
+function whose body is trace.oscillator_heads (the heads split, the anchors' and gates' unit vectors, the gate's map,
+the core of attention.py: the maths once, the heads merged), so stock onnxruntime inlines and runs it, while a runtime
+with a native kernel replaces it by name. The attribute form
 ("direct" or "linear") names the core's form; a linear body holds its own points (q k v r z out). In a quantized
 model the body holds the QuantizeLinear/DequantizeLinear pairs of the layer's points from r_raw and g_raw on; their
 scales are the node's attributes <point>_scale, so one function serves every layer.
@@ -20,18 +22,15 @@ from onnx import helper
 from torch import nn
 
 from ...models.attention import LINEAR_POINTS, QUANT_POINTS, OscillatorAttention
-from .trace import oscillator_core
+from .trace import oscillator_heads
 
-# version 2 reads raw anchors and gates (version 1, until 2026-12-07: their unit vectors, and q without the scale fold)
+# version 2 reads the fused projections and merges the heads (version 1, until 2026-12-07: q, k, v, the unit anchors
+# and gates per head, and q without the score scale folded into it; out per head)
 DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 2
-INPUTS, GATE, OUTPUT = ("q", "k", "v", "r"), "g", "out"
+INPUT, OUTPUT = "x", "out"
 # the points before the core: raw anchors (projected ones only), the key gate's raw value, map and unit vector
 ANCHOR_POINTS, GATE_IN_POINTS = ("r_raw",), ("g_raw", "g", "gn")
 GATE_CORE_POINTS = ("pow", "cn")  # the direct core's gate points
-
-
-def inputs(layer: OscillatorAttention) -> tuple[str, ...]:
-    return INPUTS + ((GATE,) if layer.gate is not None else ())
 
 
 def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | None:
@@ -52,7 +51,8 @@ def quant_params(layer: OscillatorAttention) -> dict[str, tuple[float, bool]] | 
 
 
 def attributes(layer: OscillatorAttention) -> dict:
-    attrs = dict(p=layer.p, eps=layer.eps, d_osc=layer.d_osc, positive=layer.positive, form=layer.form)
+    attrs = dict(heads=layer.heads, anchors=layer.anchors, p=layer.p, eps=layer.eps, d_osc=layer.d_osc,
+                 positive=layer.positive, form=layer.form)
     if layer.gate is not None:
         attrs["gate_map"] = layer.gate_map
     for name, (scale, _) in (quant_params(layer) or {}).items():
@@ -61,30 +61,29 @@ def attributes(layer: OscillatorAttention) -> dict:
 
 
 class _Op(torch.autograd.Function):
-    """Runs the layer's core in torch; exports as one custom node."""
+    """Runs the layer's attention between its projections in torch; exports as one custom node."""
 
     @staticmethod
-    def forward(ctx, q, k, v, r, gates, layer):
-        return oscillator_core(layer, q, k, v, r, gates)
+    def forward(ctx, y, layer):
+        return oscillator_heads(layer, y)
 
     @staticmethod
-    def symbolic(g, q, k, v, r, gates, layer):
+    def symbolic(g, y, layer):
         kinds = {int: "i", float: "f", str: "s"}
         attrs = {f"{k}_{kinds[type(val)]}": val for k, val in attributes(layer).items()}
-        out = g.op(f"{DOMAIN}::{OP}", q, k, v, r, *([gates] if layer.gate is not None else []), **attrs)
-        h, d_v = layer.heads, layer.out.in_features // layer.heads  # v's traced type may hold no sizes
-        out.setType(v.type().with_sizes([None, h, None, d_v]))  # [B,H,T,d_v]; B and T stay dynamic
+        out = g.op(f"{DOMAIN}::{OP}", y, **attrs)
+        out.setType(y.type().with_sizes([None, None, layer.out.in_features]))  # [B,T,H d_v]; B and T dynamic
         return out
 
 
 def use_custom_op(model: nn.Module) -> nn.Module:
-    """A copy of `model` (traced by trace.for_onnx) whose oscillator cores export as OscillatorAttention nodes."""
+    """A copy of `model` (traced by trace.for_onnx) whose oscillator attentions export as OscillatorAttention nodes."""
     model = copy.deepcopy(model)
     for m in model.modules():
         if isinstance(m, OscillatorAttention):
-            if not hasattr(m, "onnx_core"):
+            if not hasattr(m, "onnx_attend"):
                 raise ValueError("the op files are of whole-clip networks traced by for_onnx")
-            m.onnx_core = lambda q, k, v, r, g=None, m=m: _Op.apply(q, k, v, r, g, m)
+            m.onnx_attend = lambda y, m=m: _Op.apply(y, m)
     return model
 
 
@@ -112,23 +111,20 @@ class _Core(nn.Module):
         super().__init__()
         self.layer = layer
 
-    def forward(self, q, k, v, r, g=None):
-        return oscillator_core(self.layer, q, k, v, r, g)
+    def forward(self, y):
+        return oscillator_heads(self.layer, y)
 
 
 def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
-    """The FunctionProto of the node: the layer's core traced to standard ops, Q/DQ at its points."""
+    """The FunctionProto of the node: the layer's attention traced to standard ops, Q/DQ at its points."""
     params = quant_params(layer)
     layer = copy.deepcopy(layer)
     layer.quant = _MarkPoints()
     layer.onnx_tokens = None  # the body's T is dynamic
-    b, h, t, d_h = 1, layer.heads, 5, layer.d_h
-    args = tuple(torch.randn(b, h, t, d) for d in (d_h, d_h, d_h, layer.d_osc))
-    if layer.gate is not None:
-        args += (torch.randn(b, h, t, 1),)
-    input_names = inputs(layer)
+    args = (torch.randn(1, 5, layer.heads * sum(layer.onnx_widths)),)
+    input_names = (INPUT,)
     buf = io.BytesIO()
-    dims = {0: "B", 1: "H", 2: "T"}
+    dims = {0: "B", 1: "T"}
     with warnings.catch_warnings():  # d_h becomes a constant of the body: it is one
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", DeprecationWarning)  # QCDQ: legacy exporter (docs/toolchain.md#onnx-export)
@@ -154,7 +150,7 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
         nodes += [scale, helper.make_node("Constant", [], [zp_name], value=zp),
                   helper.make_node("QuantizeLinear", [x, f"{y}_scale", zp_name], [f"{y}_int"]),
                   helper.make_node("DequantizeLinear", [f"{y}_int", f"{y}_scale", zp_name], [y])]
-    names = ["p", "eps", "d_osc", "positive", "form"] + (["gate_map"] if layer.gate is not None else [])
+    names = ["heads", "anchors", "p", "eps", "d_osc", "positive", "form"] + (["gate_map"] if layer.gate is not None else [])
     names += [f"{n}_scale" for n in (params or {})]
     return helper.make_function(DOMAIN, OP, list(input_names), [OUTPUT], nodes, list(opset_imports), names,
                                 doc_string="Fixed-query oscillator attention core (export/oscillator_attention.md)")

@@ -71,23 +71,29 @@ def _by_head(layers: list[nn.Module], widths: list[int], heads: int, qat, row_sc
     return _quant_layer(linear, PRESETS[qat.quant_cfg.preset], layers[0].input_quant)
 
 
-def _project(attn: _Heads, x: Tensor) -> list[Tensor]:
-    """The parts of attn.onnx_widths per head, [B, H, T, w] each: one MatMul, one Reshape with a constant shape (Python
-    ints: the batch alone dynamic), one Transpose and one Split for all of them."""
-    widths = attn.onnx_widths
-    y = attn.onnx_proj(x).reshape(-1, attn.onnx_tokens, attn.heads, sum(widths)).transpose(1, 2)
-    return list(y.split(widths, -1))
+def split_heads(attn: _Heads, y: Tensor) -> list[Tensor]:
+    """The fused projections' output [B, T, H W] as its parts of attn.onnx_widths per head, [B, H, T, w] each: one
+    Reshape with a constant shape (Python ints: the batch alone dynamic; a function body's T is dynamic too), one
+    Transpose and one Split for all of them."""
+    widths, t = attn.onnx_widths, attn.onnx_tokens
+    y = y.reshape(-1, t, attn.heads, sum(widths)) if t is not None else y.unflatten(-1, (attn.heads, sum(widths)))
+    return list(y.transpose(1, 2).split(widths, -1))
 
 
-def _merge(attn: _Heads, x: Tensor) -> Tensor:
-    """_Heads.merge with a constant shape."""
-    return attn.point("proj", attn.out(x.transpose(1, 2).reshape(-1, attn.onnx_tokens, attn.out.in_features)))
+def merge_heads(attn: _Heads, x: Tensor) -> Tensor:
+    """[B, H, T, d_v] -> [B, T, H d_v], with a constant shape where T is the model's."""
+    x = x.transpose(1, 2)
+    return x.reshape(-1, attn.onnx_tokens, attn.out.in_features) if attn.onnx_tokens is not None else x.flatten(-2)
+
+
+def _out(attn: _Heads, x: Tensor) -> Tensor:
+    return attn.point("proj", attn.out(x))
 
 
 def _softmax_forward(self: SoftmaxAttention, x: Tensor, mask: Tensor | None = None) -> Tensor:
     from ...models.attention import softmax_attention
-    q, k, v = _project(self, x)  # q already times the score scale (_query_scale)
-    return _merge(self, softmax_attention(q, k, v, mask=mask, quant=self.quant))
+    q, k, v = split_heads(self, self.onnx_proj(x))  # q already times the score scale (_query_scale)
+    return _out(self, merge_heads(self, softmax_attention(q, k, v, mask=mask, quant=self.quant)))
 
 
 def _positive(name: str, x: Tensor) -> Tensor:
@@ -102,26 +108,25 @@ def _positive(name: str, x: Tensor) -> Tensor:
 def _oscillator_forward(self: OscillatorAttention, x: Tensor, mask: Tensor | None = None) -> Tensor:
     if mask is not None:
         raise ValueError("an exported whole-clip oscillator attends over every token (no mask)")
-    parts = _project(self, x)  # q already times the score scale (_query_scale)
-    q, k, v = parts[:3]
-    r_raw = parts[3] if self.anchor is not None else k[..., : self.d_osc]
-    return _merge(self, self.onnx_core(q, k, v, r_raw, parts[-1] if self.gate is not None else None))
+    return _out(self, self.onnx_attend(self.onnx_proj(x)))
 
 
-def oscillator_core(layer: OscillatorAttention, q: Tensor, k: Tensor, v: Tensor, r_raw: Tensor,
-                    g_raw: Tensor | None = None) -> Tensor:
-    """What ai.edgeosc::OscillatorAttention computes from the projections (export/oscillator_attention.md): the
-    anchors' unit vectors, the key gate's map and its unit vector over the keys, then the core, at the layer's
-    points. The op files hold it as one node (custom_op.py), whose function body is this trace."""
+def oscillator_heads(layer: OscillatorAttention, y: Tensor) -> Tensor:
+    """What ai.edgeosc::OscillatorAttention computes (export/oscillator_attention.md): from the layer's fused
+    projections y [B, T, H W] (per head q times the score scale, k, v, the raw anchors, the raw gate), the anchors'
+    unit vectors, the key gate's map and its unit vector over the keys, the core, at the layer's points, and the
+    heads merged, [B, T, H d_v]. The op files hold it as one node (custom_op.py), whose function body is this trace."""
     point = layer.point
-    r = lp_unit(point("r_raw", r_raw) if layer.anchor is not None else r_raw, -1, layer.eps)
+    parts = split_heads(layer, y)
+    q, k, v = parts[:3]
+    r = lp_unit(point("r_raw", parts[3]) if layer.anchor is not None else k[..., : layer.d_osc], -1, layer.eps)
     g = None
-    if g_raw is not None:
-        g = point("g", _positive(layer.gate_map, point("g_raw", g_raw)))  # [B,H,T,1]
+    if layer.gate is not None:
+        g = point("g", _positive(layer.gate_map, point("g_raw", parts[-1])))  # [B,H,T,1]
         g = point("gn", lp_unit(g, 2, layer.eps))  # unit over the keys
     if layer.form == "linear" and not layer.window:
-        return direct_linear_core(layer, q, k, v, r, g=g)
-    return layer.core(q, k, v, r, g=g)
+        return merge_heads(layer, direct_linear_core(layer, q, k, v, r, g=g))
+    return merge_heads(layer, layer.core(q, k, v, r, g=g))
 
 
 def _picks(index, n: int, dtype=torch.float32) -> Tensor:
@@ -232,7 +237,7 @@ def for_onnx(model: nn.Module) -> nn.Module:
                 layers += [p for p in (m.anchor, m.gate) if p is not None]
                 widths += ([m.d_osc] if m.anchor is not None else []) + ([1] if m.gate is not None else [])
                 m.forward = types.MethodType(_oscillator_forward, m)
-                m.onnx_core = types.MethodType(oscillator_core, m)
+                m.onnx_attend = types.MethodType(oscillator_heads, m)
             else:
                 m.forward = types.MethodType(_softmax_forward, m)
             m.onnx_tokens, m.onnx_widths = tokens, widths
