@@ -36,6 +36,9 @@ def test_the_direct_core_is_the_linear_core(gate, p, tokens):
     r = torch.randn(3, 2, 11, 2, dtype=torch.float64)
     r = r / r.norm(dim=-1, keepdim=True)
     g = torch.rand(3, 2, 11, 1, dtype=torch.float64) if gate else None
+    want = oscillator_attention_linear(q, k, v, r, p=p, g=g)  # a float layer: (1 + z.r)^p over T x T
+    assert torch.allclose(direct_linear_core(layer, q, k, v, r, g=g), want, rtol=1e-9, atol=1e-12)
+    layer.quant = lambda name, x: x  # a quantized layer's (its points the identity here): the harmonics' sums
     for anchors in (r, r * (1 + 0.01 * torch.randn(3, 2, 11, 1))):  # unit vectors, and as int8 ones to 1/128
         want = oscillator_attention_linear(q, k, v, anchors, p=p, g=g)
         got = direct_linear_core(layer, q, k, v, anchors, g=g)

@@ -121,7 +121,10 @@ def oscillator_heads(layer: OscillatorAttention, y: Tensor) -> Tensor:
     q, k, v = parts[:3]
     r = lp_unit(point("r_raw", parts[3]) if layer.anchor is not None else k[..., : layer.d_osc], -1, layer.eps)
     g = None
-    if layer.gate is not None:
+    if layer.gate is not None and layer.quant is None and layer.gate_map == "taylor2":
+        y = parts[-1] + 1.0
+        g = y * y + 1.0  # 2 taylor2: in float a factor common to the keys is left out, not cancelled
+    elif layer.gate is not None:
         g = point("g", _positive(layer.gate_map, point("g_raw", parts[-1])))  # [B,H,T,1]
         g = point("gn", lp_unit(g, 2, layer.eps))  # unit over the keys
     if layer.form == "linear" and not layer.window:
@@ -168,14 +171,27 @@ def _harmonic_map(exps: list[tuple[int, int]], p: int, weights: list[float], dty
     return torch.tensor(k, dtype=dtype)
 
 
+def _power(x: Tensor, p: int) -> Tensor:
+    """x^p by squaring: a few Muls (onnxruntime's Pow calls powf per element, ten times slower at T x T)."""
+    out = None
+    while p:
+        if p & 1:
+            out = x if out is None else out * x
+        p >>= 1
+        if p:
+            x = x * x
+    return out
+
+
 def direct_linear_core(layer: OscillatorAttention, q: Tensor, k: Tensor, v: Tensor, r: Tensor,
                        mask: Tensor | None = None, g: Tensor | None = None) -> Tensor:
     """oscillator_attention_linear (whole clip, taylor2) in few large ops, at the same points (LINEAR_POINTS).
 
     The coupling as T x T products: w_ij = (q_i.k_j + sqrt(d_h))^2 + d_h is 2 d_h taylor2(q_i.k_j / sqrt(d_h)), a
-    positive row scale, which z = unit(w r) does not see. The readout as the linear form's sums over keys, its
-    features the harmonics of z and r (d_osc 2: exact for the unit vectors of a float model and as the linear form
-    computes them for int8 ones, which are unit vectors to 1/128 only), else (1 + z.r)^p as T x T products."""
+    positive row scale, which z = unit(w r) does not see. The readout of a quantized layer (d_osc 2) as the linear
+    form's sums over keys, its features the harmonics of z and r as the linear form computes them for int8 unit
+    vectors, which are unit vectors to 1/128 only; of a float layer (or d_osc > 2) as (1 + z.r)^p over T x T, the
+    same function for exact unit vectors in a third of the nodes."""
     if mask is not None:
         raise ValueError("the linear form takes key masks and causality, not a [T, T] mask")
     quant, p = layer.point, layer.p
@@ -184,7 +200,7 @@ def direct_linear_core(layer: OscillatorAttention, q: Tensor, k: Tensor, v: Tens
     s = (q @ k.transpose(-1, -2)) + math.sqrt(d_h)
     z = quant("z", lp_unit((s * s + d_h) @ r, -1, layer.eps))  # the direction of h = w r / sum_j w
     vb = F.pad(v, (0, 1), value=1.0)  # [v, 1]: numerator and denominator in one product
-    if layer.d_osc == 2:
+    if layer.d_osc == 2 and layer.quant is not None:
         t = getattr(layer, "onnx_tokens", None)  # a model's T: the monomials of z and r at once (a function body's T
         if t is not None:  # is dynamic: one at a time)
             mono, exps = _monomials(torch.cat([z, r], 2), p)
@@ -195,7 +211,7 @@ def direct_linear_core(layer: OscillatorAttention, q: Tensor, k: Tensor, v: Tens
         sums = (psi if g is None else psi * g).transpose(-1, -2) @ vb  # [2p + 1, d_v + 1] per head
         both = mono_z @ _harmonic_map(exps, p, harmonic_coefficients(p), z.dtype) @ sums
     else:
-        power = (1.0 + z @ r.transpose(-1, -2)).pow(p)
+        power = _power(1.0 + z @ r.transpose(-1, -2), p)
         both = power @ (vb if g is None else g * vb)
     num, den = both.split([d_v, 1], -1)
     # the linear form's ratio, 0 where no key has weight: a den of 0 is a sum of terms that are all 0, and so is num.
