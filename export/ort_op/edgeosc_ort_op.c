@@ -297,6 +297,10 @@ static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int 
       Mden[m] += psi[m];
     }
   }
+  for (m = 1; m < R; ++m) { /* the readout's weights a_m, once per head rather than per query */
+    for (n = 0; n < NV; ++n) M[m][n] *= kn->weight[(m + 1) / 2];
+    Mden[m] *= kn->weight[(m + 1) / 2];
+  }
   for (i = 0; i < T; ++i) { /* the queries: z = unit(phi(q)^T S), out = psi(z)^T M / psi(z)^T m */
     v4 a0 = {0.0f, 0.0f, 0.0f, 0.0f}, a1 = a0;
     float h0, h1, den, z[2] = {0.0f, 0.0f}, sq;
@@ -315,7 +319,6 @@ static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int 
     points(kn, PZ, z, 2, &pt);
     psi[0] = kn->weight[0];
     harmonics(pt.f[0], pt.f[1], p, psi + 1);
-    for (m = 1; m < R; ++m) psi[m] *= kn->weight[(m + 1) / 2];
     for (n = 0; n < NV; ++n) x.v[n] = (v4){0.0f, 0.0f, 0.0f, 0.0f}; /* the numerators */
     den = 0.0f;
     for (m = 0; m < R; ++m) {
