@@ -10,7 +10,7 @@ The package reads as the pipeline, each layer importing only from the layers abo
     models, dynamics        oscillator, softmax and Kuramoto attention; the KWS networks
     quant                   Brevitas QAT
     checkpoint              save, load, check
-    evaluate                accuracy of any model or export
+    evaluate, robustness    accuracy of any model or export; of a model under other channels
     train, mining           the training loop (float and QAT); always-on detectors' false alarms as training data
     export                  onnx/, tflite/, c/: one package per target, parity
     bench, report           latency, cycle and energy estimates; the report

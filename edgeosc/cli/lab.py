@@ -9,7 +9,7 @@ from .app import CACHE_DIR, Ordered, friendly_errors, main
 
 @main.group(cls=Ordered)
 def lab():
-    """Research tools (oscillator dynamics, attention sharpness)."""
+    """Research tools: oscillator dynamics, attention, robustness."""
 
 
 @lab.command()
@@ -59,6 +59,47 @@ def sharpness(checkpoint, clips, cache_dir):
         click.echo(f"  block {row['block']}: " + "  ".join(
             f"{k:5.1f} ({w:.2f}) [{s:.2f}]" for k, w, s in zip(row["effective_keys"], row["largest_weight"],
                                                                row["query_specificity"])))
+
+
+
+@lab.command()
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--clips", type=click.IntRange(min=1), default=None, help="Test clips to read (default: all).")
+@click.option("--seed", type=int, default=0, show_default=True, help="The added noise's seed.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the accuracies here.")
+@CACHE_DIR
+@friendly_errors
+def robustness(checkpoints, clips, seed, json_out, cache_dir):
+    """Accuracy under other channels, side by side.
+
+    The checkpoint's test clips as recorded, played 10% slower and faster (pitch and duration together), 20 dB
+    quieter, in white noise at 10 dB SNR, and through x[n] - 0.9 x[n-1] (a first-order tilt: the lows down by up to
+    20 dB, as another microphone or vocal tract colours them), with the points each change costs. No training: what
+    an unseen speaker or device may take away.
+    """
+    import json
+
+    import torch
+    from ..checkpoint import load_checkpoint
+    from ..data import load_dataset
+    from ..io import atomic_path
+    from ..robustness import CONDITIONS, robustness as measure
+    torch.set_num_threads(1)
+    rows = {}
+    for path in checkpoints:
+        ckpt = load_checkpoint(path)
+        data = load_dataset(ckpt.data_cfg, cache_dir, progress=False)
+        idx = data.indices("test")[:clips]
+        rows[path] = measure(ckpt.model, ckpt.feature_cfg, data.audio[idx], data.labels[idx], seed=seed)
+    names, width = list(CONDITIONS), max(len(p) for p in rows)
+    click.echo("test accuracy (%) as recorded, and each change's points against it")
+    click.echo(f"{'checkpoint':<{width}}" + "".join(f"{n:>12}" for n in names))
+    for path, acc in rows.items():
+        cells = [f"{100 * acc[names[0]]:.2f}"] + [f"{100 * (acc[n] - acc[names[0]]):+.2f}" for n in names[1:]]
+        click.echo(f"{path:<{width}}" + "".join(f"{c:>12}" for c in cells))
+    if json_out:
+        with atomic_path(json_out) as tmp:
+            tmp.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -51,9 +51,13 @@ def augment(wave: torch.Tensor, cfg: AugmentConfig, generator: torch.Generator,
 
 
 def tilt(wave: torch.Tensor, most: float, generator: torch.Generator) -> torch.Tensor:
-    """Each [B, S] clip through y[n] = x[n] - a x[n-1] with a uniform in [-most, most] (x[-1] = 0), its RMS kept: a
-    first-order spectral tilt, the colour another microphone or vocal tract gives."""
-    a = _uniform((-most, most), wave.shape[0], generator).to(wave.device)[:, None]
+    """Each [B, S] clip through `filtered` with a uniform in [-most, most]."""
+    return filtered(wave, _uniform((-most, most), wave.shape[0], generator).to(wave.device)[:, None])
+
+
+def filtered(wave: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """Each [B, S] clip through y[n] = x[n] - a x[n-1] (a [B, 1]; x[-1] = 0), its RMS kept: a first-order spectral
+    tilt, the colour another microphone or vocal tract gives."""
     y = wave - a * torch.nn.functional.pad(wave, (1, 0))[:, :-1]
     rms = lambda x: x.square().mean(1, keepdim=True).sqrt().clamp_min(1e-8)  # noqa: E731
     return y * (rms(wave) / rms(y))
