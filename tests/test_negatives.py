@@ -100,6 +100,20 @@ def test_mining_keeps_the_strongest_windows_apart():
     assert M.strongest_apart(scores, 0.5, 0) == [9, 2, 7, 6] and M.strongest_apart(scores, 0.99, 2) == []
 
 
+def test_a_task_mined_for_negatives_has_the_unknown_class_wherever_it_is_loaded(tmp_path, monkeypatch):
+    """FSDD's digits and --mine-negatives alone: training adds _unknown_ for the mined windows, so every reader of the
+    data config (eval, stream-eval) must see the same classes."""
+    import edgeosc.data as D
+    from edgeosc.config import UNKNOWN, DataConfig
+    from edgeosc.data import ClipSet
+    digits = ClipSet(np.zeros((3, SR), np.int16), np.arange(3), np.array(list("abc")),
+                     np.array(["train", "val", "test"]), ("x", "y", "z"))
+    monkeypatch.setattr(D, "_load", lambda cfg, cache_dir, progress: digits)
+    assert D.load_dataset(DataConfig(), tmp_path).classes == ("x", "y", "z")
+    mined = D.load_dataset(DataConfig(hard_negatives_hours=1.0, hard_negatives_from="run/best.pt"), tmp_path)
+    assert mined.classes == ("x", "y", "z", UNKNOWN) and len(mined.audio) == 3  # the windows come with training
+
+
 def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
     """A model that calls everything "yes" is wrong on every window: one is mined per 0.5 s and they join the
     training split as _unknown_; one that calls everything _unknown_ yields none. Cached by the checkpoint."""

@@ -24,6 +24,9 @@ def load_dataset(cfg: DataConfig, cache_dir: str | Path | None = None, progress:
     if cfg.negatives_hours:
         from .negatives import with_training_negatives
         data = with_training_negatives(data, cfg.negatives_hours, cfg.seed, cache_dir, progress)
+    elif cfg.hard_negatives_hours:  # mined windows join as _unknown_ (mining.training_data): its classes everywhere
+        from .negatives import with_unknown_class
+        data = with_unknown_class(data)
     return data
 
 
