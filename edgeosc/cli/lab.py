@@ -85,9 +85,8 @@ def robustness(checkpoints, clips, seed, json_out, cache_dir):
     from ..io import atomic_path
     from ..robustness import CONDITIONS, robustness as measure
     torch.set_num_threads(1)
-    rows = {}
-    for path in checkpoints:
-        ckpt = load_checkpoint(path)
+    rows, ckpts = {}, {path: load_checkpoint(path) for path in checkpoints}  # every file checked before the work
+    for path, ckpt in ckpts.items():
         data = load_dataset(ckpt.data_cfg, cache_dir, progress=False)
         idx = data.indices("test")[:clips]
         rows[path] = measure(ckpt.model, ckpt.feature_cfg, data.audio[idx], data.labels[idx], seed=seed)
