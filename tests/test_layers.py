@@ -4,7 +4,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "edgeosc"
 LAYERS = [("config", "io", "cbuild"), ("frontend", "integer", "runtime"), ("features", "data"),
-          ("models", "dynamics"), ("quant",), ("checkpoint",), ("evaluate", "robustness"), ("train", "mining"), ("export",),
+          ("models", "dynamics"), ("quant",), ("checkpoint",), ("evaluate", "robustness"), ("train", "mining"),
+          ("export",),
           ("bench", "report"), ("stages", "sweep", "stream", "stream_eval", "stream_soak", "deploy", "pi_check"),
           ("pipeline", "cli", "__main__")]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -171,7 +171,9 @@ def test_the_bare_node_equals_the_torch_core(d_h, p, gate, quantized):
     oscillator_attention_linear and the heads merged (what trace.oscillator_heads computes)."""
     from edgeosc.models.attention import oscillator_attention_linear, unit
 
-    attrs = dict(p=p, eps=1e-6, d_osc=2, positive="taylor2", form="linear", **(dict(gate_map="taylor2") if gate else {}))
+    attrs = dict(p=p, eps=1e-6, d_osc=2, positive="taylor2", form="linear")
+    if gate:
+        attrs["gate_map"] = "taylor2"
     if quantized:
         attrs.update({f"{n}_scale": s for n, s in SCALES.items() if gate or not n.startswith("g")})
 

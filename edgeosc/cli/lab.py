@@ -61,7 +61,6 @@ def sharpness(checkpoint, clips, cache_dir):
                                                                row["query_specificity"])))
 
 
-
 @lab.command()
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--clips", type=click.IntRange(min=1), default=None, help="Test clips to read (default: all).")

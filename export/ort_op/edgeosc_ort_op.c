@@ -263,8 +263,8 @@ static void gates(const Kernel *kn, float *g, size_t heads, size_t T) {
  * [T, dv], rows `stride` apart (oscillator_attention_linear): the
  * coupling's sums S = sum_j phi(k_j) r_j (columns S0, S1) and the readout's M = sum_j g_j psi(r_j) [v_j, 1]
  * (rows of d_v numerators, and Mden) over the keys, then each query against them. z = unit(phi(q)^T S) needs no
- * division by phi(q)^T sum_j phi(k_j), a positive factor (taylor2 >= 1/2), which the body leaves out as well. Inlined with constant dh, dv and p
- * for the models' head (head() below), which unrolls it. */
+ * division by phi(q)^T sum_j phi(k_j), a positive factor (taylor2 >= 1/2), which the body leaves out as well.
+ * Inlined with constant dh, dv and p for the models' head (head() below), which unrolls it. */
 static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int T, const float *q, const float *k,
                                                           const float *v, const float *r, const float *g, float *out,
                                                           size_t stride, const int dh, const int dv, const int p) {

@@ -5,10 +5,10 @@ The node reads the attention layer's fused projections (per head: queries alread
 values, raw anchors and, with the key gate, raw gates) and gives the heads merged. It carries a model-local ONNX
 function whose body is trace.oscillator_heads (the heads split, the anchors' and gates' unit vectors, the gate's map,
 the core of attention.py: the maths once, the heads merged), so stock onnxruntime inlines and runs it, while a runtime
-with a native kernel replaces it by name. The attribute form
-("direct" or "linear") names the core's form; a linear body holds its own points (q k v r z out). In a quantized
-model the body holds the QuantizeLinear/DequantizeLinear pairs of the layer's points from r_raw and g_raw on; their
-scales are the node's attributes <point>_scale, so one function serves every layer.
+with a native kernel replaces it by name. The attribute form ("direct" or "linear") names the core's form; a linear
+body holds its own points (q k v r z out). In a quantized model the body holds the QuantizeLinear/DequantizeLinear
+pairs of the layer's points from r_raw and g_raw on; their scales are the node's attributes <point>_scale, so one
+function serves every layer.
 """
 from __future__ import annotations
 
@@ -150,8 +150,8 @@ def function(layer: OscillatorAttention, opset_imports) -> onnx.FunctionProto:
         nodes += [scale, helper.make_node("Constant", [], [zp_name], value=zp),
                   helper.make_node("QuantizeLinear", [x, f"{y}_scale", zp_name], [f"{y}_int"]),
                   helper.make_node("DequantizeLinear", [f"{y}_int", f"{y}_scale", zp_name], [y])]
-    names = ["heads", "anchors", "p", "eps", "d_osc", "positive", "form"] + (["gate_map"] if layer.gate is not None else [])
-    names += [f"{n}_scale" for n in (params or {})]
+    names = ["heads", "anchors", "p", "eps", "d_osc", "positive", "form"]
+    names += (["gate_map"] if layer.gate is not None else []) + [f"{n}_scale" for n in (params or {})]
     return helper.make_function(DOMAIN, OP, list(input_names), [OUTPUT], nodes, list(opset_imports), names,
                                 doc_string="Fixed-query oscillator attention core (export/oscillator_attention.md)")
 

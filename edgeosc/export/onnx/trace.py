@@ -48,7 +48,8 @@ def lp_unit(x: Tensor, axis: int = -1, eps: float = 1e-6) -> Tensor:
     return _LpNorm.apply(x, axis, eps)
 
 
-def _by_head(layers: list[nn.Module], widths: list[int], heads: int, qat, row_scale: Tensor | None = None) -> nn.Module:
+def _by_head(layers: list[nn.Module], widths: list[int], heads: int, qat,
+             row_scale: Tensor | None = None) -> nn.Module:
     """One Linear computing `layers` (all reading the same input), its outputs ordered head by head: head h's rows of
     each part in turn (a part of width w per head is rows [h w, (h + 1) w) of its layer, as _Heads.split reads them;
     `widths` per part, a layer holding several parts in a row). Per-channel weight scales and int32 biases (input
@@ -122,8 +123,8 @@ def oscillator_heads(layer: OscillatorAttention, y: Tensor) -> Tensor:
     r = lp_unit(point("r_raw", parts[3]) if layer.anchor is not None else k[..., : layer.d_osc], -1, layer.eps)
     g = None
     if layer.gate is not None and layer.quant is None and layer.gate_map == "taylor2":
-        y = parts[-1] + 1.0
-        g = y * y + 1.0  # 2 taylor2: in float a factor common to the keys is left out, not cancelled
+        shifted = parts[-1] + 1.0
+        g = shifted * shifted + 1.0  # 2 taylor2: in float a factor common to the keys is left out, not cancelled
     elif layer.gate is not None:
         g = point("g", _positive(layer.gate_map, point("g_raw", parts[-1])))  # [B,H,T,1]
         g = point("gn", lp_unit(g, 2, layer.eps))  # unit over the keys
