@@ -85,8 +85,9 @@ def robustness(checkpoints, clips, seed, json_out, cache_dir):
     from ..robustness import CONDITIONS, robustness as measure
     torch.set_num_threads(1)
     rows, ckpts = {}, {path: load_checkpoint(path) for path in checkpoints}  # every file checked before the work
+    datasets = {cfg: load_dataset(cfg, cache_dir, progress=False) for cfg in {c.data_cfg for c in ckpts.values()}}
     for path, ckpt in ckpts.items():
-        data = load_dataset(ckpt.data_cfg, cache_dir, progress=False)
+        data = datasets[ckpt.data_cfg]  # seeds and kinds of one task read it once
         idx = data.indices("test")[:clips]
         rows[path] = measure(ckpt.model, ckpt.feature_cfg, data.audio[idx], data.labels[idx], seed=seed)
     names, width = list(CONDITIONS), max(len(p) for p in rows)
