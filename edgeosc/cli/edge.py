@@ -145,8 +145,9 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     trained = load_checkpoint(source).data_cfg
     trained_on = dataclasses.replace(trained, negatives_hours=0.0)  # a split, not training
     data = load_dataset(settings.load(base={"data": trained_on}).data, cache_dir)
-    # trained with keyword-free audio: its _unknown_ class, which a digits task lacks
-    if trained.negatives_hours or trained.hard_negatives_hours:
+    # trained with keyword-free audio, which the split is read without: its _unknown_ class, which a digits task
+    # lacks (a model trained with mined windows alone gets it from load_dataset)
+    if trained.negatives_hours:
         from ..data.negatives import with_unknown_class
         data = with_unknown_class(data)
     from ..data import default_cache_dir
