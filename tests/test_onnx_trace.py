@@ -107,6 +107,30 @@ def test_onnx_files_are_few_ops_with_int8_projections(tmp_path):
     # form's trace: ~300)
 
 
+def test_float_onnx_holds_the_cores_constants_in_its_projections(tmp_path):
+    """float.onnx of the shipped oscillator (taylor2 key gate, whole clip): the score's shift, [v, 1] and the gate's
+    shift are constant rows of the fused projection, so the core has no Pad and no Clip, and equals the torch model;
+    the op file keeps the op's own inputs."""
+    from edgeosc.checkpoint import Checkpoint
+    from edgeosc.config import ExportConfig, FeatureConfig, ModelConfig
+    from edgeosc.export import export
+    from edgeosc.models.kws import build_model
+    from edgeosc.runtime.onnx import OnnxRunner
+    torch.manual_seed(0)
+    net = build_model(ModelConfig(n_classes=3, n_frames=12, n_coeffs=10, dropout=0.0)).eval()
+    x = torch.randn(4, 12, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folder = export(Checkpoint.of(net, FeatureConfig(), ["a", "b", "c"]), ExportConfig(), tmp_path)
+    with torch.no_grad():
+        ref = net(x).numpy()
+    ops = {n.op_type for n in onnx.load(folder / "float.onnx").graph.node}
+    assert not ops & {"Pad", "Clip"} and "LpNormalization" in ops, ops
+    for name in ("float.onnx", "float_op.onnx"):
+        out = OnnxRunner(folder / name, custom_op=False)(x.numpy())
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
 def test_streaming_models_trace_as_they_are():
     from edgeosc.config import ModelConfig
     from edgeosc.models.kws import build_model

@@ -84,6 +84,7 @@ def use_custom_op(model: nn.Module) -> nn.Module:
             if not hasattr(m, "onnx_attend"):
                 raise ValueError("the op files are of whole-clip networks traced by for_onnx")
             m.onnx_attend = lambda y, m=m: _Op.apply(y, m)
+            m.onnx_folded = None  # the op takes the layer's own projections
     return model
 
 

@@ -13,7 +13,8 @@ LayerNorms trace to fewer nodes, computing the same function at the same quantiz
 - unit vectors of tensors on an int8 grid (anchors, key gates, LayerNorm's centred input) as LpNormalization:
   zero or at least one step long, so its zero for a zero vector is unit()'s eps cut-off exactly;
 - a whole-clip linear core (form "linear", window 0) in its direct form, a few T x T MatMuls: the same function
-  (docs/maths.md#linear-form) at its own points q k v r z out, everything between them float.
+  (docs/maths.md#linear-form) at its own points q k v r z out, everything between them float; in float.onnx the
+  core's constants (the score's shift, [v, 1], the gate's shift) as constant rows of the fused projection.
 
 The torch model, QAT and the TFLite and C exports are untouched; the ONNX files are checked against the torch model.
 """
@@ -72,11 +73,11 @@ def _by_head(layers: list[nn.Module], widths: list[int], heads: int, qat,
     return _quant_layer(linear, PRESETS[qat.quant_cfg.preset], layers[0].input_quant)
 
 
-def split_heads(attn: _Heads, y: Tensor) -> list[Tensor]:
-    """The fused projections' output [B, T, H W] as its parts of attn.onnx_widths per head, [B, H, T, w] each: one
-    Reshape with a constant shape (Python ints: the batch alone dynamic; a function body's T is dynamic too), one
-    Transpose and one Split for all of them."""
-    widths, t = attn.onnx_widths, attn.onnx_tokens
+def split_heads(attn: _Heads, y: Tensor, widths: list[int] | None = None) -> list[Tensor]:
+    """The fused projections' output [B, T, H W] as its parts of `widths` (attn.onnx_widths) per head, [B, H, T, w]
+    each: one Reshape with a constant shape (Python ints: the batch alone dynamic; a function body's T is dynamic
+    too), one Transpose and one Split for all of them."""
+    widths, t = widths or attn.onnx_widths, attn.onnx_tokens
     y = y.reshape(-1, t, attn.heads, sum(widths)) if t is not None else y.unflatten(-1, (attn.heads, sum(widths)))
     return list(y.transpose(1, 2).split(widths, -1))
 
@@ -109,7 +110,52 @@ def _positive(name: str, x: Tensor) -> Tensor:
 def _oscillator_forward(self: OscillatorAttention, x: Tensor, mask: Tensor | None = None) -> Tensor:
     if mask is not None:
         raise ValueError("an exported whole-clip oscillator attends over every token (no mask)")
+    if getattr(self, "onnx_folded", None) is not None:  # float.onnx (the op files take the op's inputs)
+        return _out(self, _folded_heads(self, self.onnx_folded(x)))
     return _out(self, self.onnx_attend(self.onnx_proj(x)))
+
+
+def _can_fold(layer: OscillatorAttention) -> bool:
+    return (layer.form == "linear" and not layer.window and layer.positive == "taylor2" and layer.anchor is not None
+            and layer.gate is not None and layer.gate_map == "taylor2")
+
+
+def _folded_projection(layer: OscillatorAttention) -> nn.Module:
+    """The float layer's fused projection (q, k, v, raw anchors, raw gate per head) with the core's constants moved
+    into it: a column d_h^(1/4) on q and on k (q.k + sqrt(d_h)), a column 1 on v ([v, 1]: numerator and denominator
+    in one product) and the gate's +1 in its bias. Four nodes a layer fewer in float.onnx; the same function."""
+    d_h, d_v = layer.d_h, layer.out.in_features // layer.heads
+    widths, proj = layer.onnx_widths, layer.onnx_proj
+    weight, bias = proj.weight.detach().split(sum(widths)), proj.bias.detach().split(sum(widths))
+    constants = [d_h ** 0.25, d_h ** 0.25, 1.0]  # after the q, k and v parts
+    rows, biases = [], []
+    for w, b in zip(weight, bias):  # head by head
+        parts_w, parts_b = list(w.split(widths)), list(b.split(widths))
+        parts_b[-1] = parts_b[-1] + 1.0  # the gate's shift
+        for i, c in enumerate(constants):
+            parts_w[i] = torch.cat([parts_w[i], torch.zeros(1, w.shape[1])])
+            parts_b[i] = torch.cat([parts_b[i], torch.tensor([c])])
+        rows.append(torch.cat(parts_w)), biases.append(torch.cat(parts_b))
+    linear = nn.Linear(proj.in_features, sum(len(b) for b in biases))
+    with torch.no_grad():
+        linear.weight.copy_(torch.cat(rows))
+        linear.bias.copy_(torch.cat(biases))
+    layer.onnx_folded_widths = [d_h + 1, d_h + 1, d_v + 1, *widths[3:]]
+    return linear
+
+
+def _folded_heads(layer: OscillatorAttention, y: Tensor) -> Tensor:
+    """direct_linear_core of a float layer (with oscillator_heads' anchors and gate) on _folded_projection's parts."""
+    q, k, vb, r_raw, shifted = split_heads(layer, y, layer.onnx_folded_widths)
+    r = lp_unit(r_raw, -1, layer.eps)
+    g = shifted * shifted + 1.0  # 2 taylor2 of the raw gate: a factor common to the keys is left out
+    s = q @ k.transpose(-1, -2)  # q.k + sqrt(d_h)
+    z = lp_unit((s * s + layer.d_h) @ r, -1, layer.eps)
+    d_v = layer.onnx_folded_widths[2] - 1  # a Python int: a constant of the trace
+    num, den = (_power(1.0 + z @ r.transpose(-1, -2), layer.p) @ (g * vb)).split([d_v, 1], -1)
+    # den >= 1, no clamp: z . h = |h| >= 0 with h = sum_j w_j r_j, w_j > 0, so some key has z . r_j >= 0, and
+    # its term g_j (1 + z . r_j)^p >= 1 (and with h = 0, z = 0 and every term is g_j >= 1)
+    return merge_heads(layer, num / den)
 
 
 def oscillator_heads(layer: OscillatorAttention, y: Tensor) -> Tensor:
@@ -259,6 +305,8 @@ def for_onnx(model: nn.Module) -> nn.Module:
                 m.forward = types.MethodType(_softmax_forward, m)
             m.onnx_tokens, m.onnx_widths = tokens, widths
             m.onnx_proj = _by_head(layers, widths, m.heads, qat, _query_scale(m, layers))
+            if qat is None and isinstance(m, OscillatorAttention) and _can_fold(m):
+                m.onnx_folded = _folded_projection(m)
             for name in ("qkv", "anchor", "gate"):  # not traced now: float stand-ins (a quantized layer that the
                 if getattr(m, name, None) is not None:  # export's forward pass leaves out would lack its bias scale)
                     setattr(m, name, _by_head([getattr(m, name)], [getattr(m, name).out_features], 1, None))
