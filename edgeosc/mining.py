@@ -68,12 +68,12 @@ def stream_scores(model, features, x, keywords, chunk_s: float = MINE_CHUNK_S, p
 
 
 def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_dir: Path,
-                        progress: bool = True) -> tuple[np.ndarray, dict]:
+                        progress: bool = True, loaded=None) -> tuple[np.ndarray, dict]:
     """Hard-negative mining: the 1 s windows of `hours` of the training pool on which the checkpoint's model says a
     keyword with posterior >= MINE_THRESHOLD, the strongest per MINE_SPACING_S: a detector's false alarms, for
     training the next. A streaming model hears the pool as a stream (every frame, stream_scores), a whole-clip model
     sees a window every MINE_HOP_S (window_scores). -> (int16 clips [n, 1 s], what was mined). Cached by the
-    checkpoint's hash and the settings (cache_dir/hard-negatives)."""
+    checkpoint's hash and the settings (cache_dir/hard-negatives). `loaded`: the checkpoint, if the caller has it."""
     digest = sha256_file(checkpoint)
     meta = dict(checkpoint=str(checkpoint), sha256=digest, hours=hours, seed=seed, threshold=MINE_THRESHOLD,
                 spacing_s=MINE_SPACING_S)
@@ -84,7 +84,7 @@ def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_d
                 return z["clips"], dict(meta, clips=len(z["clips"]), scores=z["scores"].tolist())
         except (OSError, ValueError, KeyError):
             path.unlink()  # a damaged cache file: mined again below
-    ckpt = load_checkpoint(checkpoint)
+    ckpt = loaded or load_checkpoint(checkpoint)
     keywords = [i for i, c in enumerate(ckpt.classes) if c not in (SILENCE, UNKNOWN)]
     model, features = ckpt.model.eval(), FeatureExtractor(ckpt.feature_cfg)
     x = torch.from_numpy(load_negatives_shown(hours, seed, cache_dir, "training negatives", progress, pool="train"))
@@ -108,11 +108,12 @@ def with_hard_negatives(data, checkpoint: str | Path, hours: float, seed: int, c
     """`data` plus the hard negatives `checkpoint` makes on `hours` of the training pool (mine_hard_negatives), in
     the training split as _unknown_. The checkpoint must be a model of these classes."""
     data = with_unknown_class(data)
-    classes = load_checkpoint(checkpoint).classes
+    ckpt = load_checkpoint(checkpoint)
+    classes = ckpt.classes
     if tuple(classes) != tuple(data.classes):
         raise CheckpointError(f"{checkpoint}: mining hard negatives needs a model of this task's classes "
                               f"{list(data.classes)}; it has {list(classes)}")
-    clips, meta = mine_hard_negatives(checkpoint, hours, seed, cache_dir, progress)
+    clips, meta = mine_hard_negatives(checkpoint, hours, seed, cache_dir, progress, loaded=ckpt)
     n = len(clips)
     summary = {k: v for k, v in meta.items() if k != "scores"}
     return data.extended(clips, np.full(n, data.classes.index(UNKNOWN)), np.full(n, "hard-negatives"),
