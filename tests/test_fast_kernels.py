@@ -170,6 +170,14 @@ def test_default_head_streams_exactly_on_its_unrolled_path(gated, p, tmp_path):
     assert dsp < in_c < 0.8 * portable, (dsp, in_c, portable)
 
 
+def test_narrow_head_streams_exactly(tmp_path):
+    """The narrow head (d_head = d_value = 4 at the default power: twice the heads at the same width) takes key terms
+    and a query unrolled in C on every path: each hop's outputs against the integer reference (linear_hop_cycles),
+    gated and not."""
+    for gated in (True, False):
+        assert E.linear_hop_cycles("cortex-m4", heads=2, d_head=4, p=4, gated=gated, work_dir=tmp_path / str(gated)) > 0
+
+
 @pytest.mark.parametrize("out_shift", [-10, 19, 20])
 def test_default_head_division_at_its_extreme_shifts(out_shift, tmp_path):
     """The query's division on the DSP path at the output shift's ends, against the integer reference: -10 and 19

@@ -292,10 +292,18 @@ static int default_head(const EdgeoscLinearParams *p) {
   return p->d_head == 8 && p->d_value == 8 && p->p == EDGEOSC_LINEAR_D8_P;
 }
 
-/* A key's terms (key_terms_of), unrolled for the default head */
+/* The narrow head: d_head = d_value = 4 at the default head's power (a model of twice the heads at the same width),
+ * its key terms and query unrolled in C */
+static int narrow_head(const EdgeoscLinearParams *p) {
+  return p->d_head == 4 && p->d_value == 4 && p->p == EDGEOSC_LINEAR_D8_P;
+}
+
+/* A key's terms (key_terms_of), unrolled for the default and the narrow head */
 static void key_terms(const EdgeoscLinearParams *p, const EdgeoscLinearKey *key, const int8_t *any_v, KeyTerms *t) {
   if (default_head(p))
     key_terms_of(p, key, any_v, t, 8, EDGEOSC_LINEAR_D8_P);
+  else if (narrow_head(p))
+    key_terms_of(p, key, any_v, t, 4, EDGEOSC_LINEAR_D8_P);
   else
     key_terms_of(p, key, any_v, t, p->d_head, p->p);
 }
@@ -399,9 +407,10 @@ static inline __attribute__((always_inline)) int8_t divided(const Divider *dv, i
 
 /* The portable query: h = 2 sum_j (2/s^2) taylor2(s Q.K_j) r_j = c1^2 R + 2 c1 Q.KR + sum_ab (2|4) Q_a Q_b KKR_ab,
  * then out_d = sum_m beta_m M_md / sum_m beta_m m_m. */
-static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q,
-                                  int8_t *out) {
-  const int dh = p->d_head, dv = p->d_value, nr = 2 * p->p + 1;
+static inline __attribute__((always_inline)) void linear_query_of(const EdgeoscLinearParams *p, const int32_t *state,
+                                                                  const int8_t *q, int8_t *out, const int dh,
+                                                                  const int dv, const int pp) {
+  const int nr = 2 * pp + 1;
   const int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh);
   int64_t h0, h1, den;
   int32_t Q[EDGEOSC_LINEAR_MAX_D_HEAD], beta[EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_MAX_P)], a, m, d;
@@ -429,7 +438,10 @@ static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *s
       h1 += (int64_t)qq * sc[1];
     }
   }
-  readout_weights(p, h0, h1, beta);
+  if (pp == EDGEOSC_LINEAR_D8_P) /* the default power unrolled (a constant for the narrow head) */
+    readout_weights_of(h0, h1, beta, EDGEOSC_LINEAR_D8_P);
+  else
+    readout_weights(p, h0, h1, beta);
   den = 0;
   for (m = 0; m < nr; ++m) den += (int64_t)beta[m] * sr[m * (dv + 1) + dv];
   divider(p, den, &div);
@@ -448,6 +460,15 @@ static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *s
     out[d] = divided(&div, n0);
     if (two) out[d + 1] = divided(&div, n1);
   }
+}
+
+/* The portable query, unrolled for the narrow head */
+static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q,
+                                  int8_t *out) {
+  if (narrow_head(p))
+    linear_query_of(p, state, q, out, 4, 4, EDGEOSC_LINEAR_D8_P);
+  else
+    linear_query_of(p, state, q, out, p->d_head, p->d_value, p->p);
 }
 
 /* The DSP path takes the default head's keys straight from their bytes, other heads' from their terms, which the
