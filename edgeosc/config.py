@@ -94,8 +94,6 @@ class FeatureConfig:
             raise ValueError(f"n_mfcc must be in 0..n_mels ({self.n_mels}), got {self.n_mfcc}")
         if self.normalize not in NORMALIZE_MODES:
             raise ValueError(f"normalize must be one of {NORMALIZE_MODES}, got {self.normalize!r}")
-        if self.normalize == "active" and self.n_mfcc:
-            raise ValueError(f"normalize 'active' needs log-mel features (n_mfcc = 0), got n_mfcc = {self.n_mfcc}")
         if self.floor_db and self.normalize == "running":
             raise ValueError("floor_db looks at the whole clip's peak: it cannot go with the causal normalize 'running'")
         if self.floor_db < 0 or (self.floor_db and self.n_mfcc):

@@ -33,13 +33,14 @@ class FeatureExtractor(torch.nn.Module):
         if not torch.isfinite(wave).all():
             raise ValueError("waveform contains NaN or Inf samples")
         squeeze = wave.ndim == 1
-        feats = self._unnormalised(wave.to(torch.float32).reshape(-1, cfg.clip_samples))
-        if cfg.floor_db:
+        log_mels = self._log_mels(wave.to(torch.float32).reshape(-1, cfg.clip_samples))
+        feats = self._coefficients(log_mels)
+        if cfg.floor_db:  # log-mel only: feats are the log-mels
             feats = torch.maximum(feats, feats.amax(dim=(1, 2), keepdim=True) - nats(cfg.floor_db))
         if cfg.normalize == "utterance":
             feats = feats - feats.mean(dim=1, keepdim=True)
         elif cfg.normalize == "active":
-            level = feats.amax(dim=2, keepdim=True)  # [B, F, 1]: each frame's loudest band
+            level = (log_mels if cfg.n_mfcc else feats).amax(dim=2, keepdim=True)  # [B, F, 1]: each frame's loudest band
             active = (level >= level.amax(dim=1, keepdim=True) - nats(ACTIVE_DB)).to(feats.dtype)
             feats = feats - (feats * active).sum(1, keepdim=True) / active.sum(1, keepdim=True)
         elif cfg.normalize == "running":
@@ -57,17 +58,18 @@ class FeatureExtractor(torch.nn.Module):
         if wave.ndim != 2 or wave.shape[1] < cfg.clip_samples or not wave.is_floating_point():
             raise ValueError(f"expected float samples [B, >= {cfg.clip_samples}], got {tuple(wave.shape)} "
                              f"{wave.dtype}")
-        feats = self._unnormalised(wave.to(torch.float32))
+        feats = self._coefficients(self._log_mels(wave.to(torch.float32)))
         return feats - self._running_mean(feats, cfg.n_frames) if cfg.normalize == "running" else feats
 
-    def _unnormalised(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, S] -> [B, F, n_coeffs] log-mels (or MFCCs) before any normalisation."""
+    def _log_mels(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, S] -> [B, F, n_mels] log-mels (what a frame's level is read from, MFCC or not)."""
         frames = x.unfold(-1, self.cfg.frame_length, self.cfg.hop_length) * self.window  # [B, F, N]
         mag = torch.fft.rfft(frames, dim=-1).abs()  # [B, F, N/2+1]
-        feats = torch.log(mag @ self.mel_t + LOG_OFFSET)  # [B, F, n_mels]
-        if self.cfg.n_mfcc:  # log-mel: the identity DCT is skipped (it would be exact anyway)
-            feats = feats @ self.dct_t
-        return feats
+        return torch.log(mag @ self.mel_t + LOG_OFFSET)
+
+    def _coefficients(self, log_mels: torch.Tensor) -> torch.Tensor:
+        """The model's coefficients before any normalisation: MFCCs, or the log-mels (their DCT, the identity, skipped)."""
+        return log_mels @ self.dct_t if self.cfg.n_mfcc else log_mels
 
     @staticmethod
     def _running_mean(feats: torch.Tensor, window: int = 0) -> torch.Tensor:

@@ -195,17 +195,19 @@ class FrontEnd:
         self.dct_t = const["dct"].T.copy() if cfg.n_mfcc else None
 
     def frames(self, samples: np.ndarray) -> np.ndarray:
-        """Unnormalised features of every whole frame in `samples`, frames starting at sample 0."""
+        """The log-mels of every whole frame in `samples`, frames starting at sample 0 (normalize makes them the
+        model's coefficients; a frame's level is their largest)."""
         n, hop = self.cfg.frame_length, self.cfg.hop_length
         frames = np.lib.stride_tricks.sliding_window_view(samples, n)[::hop] * self.window
-        feats = np.log(np.abs(np.fft.rfft(frames, axis=-1)).astype(np.float32) @ self.mel_t + self.offset)
-        return feats if self.dct_t is None else feats @ self.dct_t
+        return np.log(np.abs(np.fft.rfft(frames, axis=-1)).astype(np.float32) @ self.mel_t + self.offset)
 
-    def normalize(self, feats: np.ndarray) -> np.ndarray:
-        if self.floor:
-            feats = np.maximum(feats, feats.max() - np.float32(self.floor))
+    def normalize(self, log_mels: np.ndarray) -> np.ndarray:
+        """Frames' log-mels -> the model's input: the floor, the DCT (MFCC), the mean."""
+        if self.floor:  # log-mel only
+            log_mels = np.maximum(log_mels, log_mels.max() - np.float32(self.floor))
+        feats = log_mels if self.dct_t is None else log_mels @ self.dct_t
         if self.cfg.normalize == "active":
-            level = feats.max(1)
+            level = log_mels.max(1)
             return feats - feats[level >= level.max() - self.active].mean(0)
         if self.cfg.normalize == "running":
             return feats - np.cumsum(feats, 0) / np.arange(1, len(feats) + 1, dtype=feats.dtype)[:, None]
@@ -291,7 +293,7 @@ class Listener:
         last = (cfg.n_frames - 1) * cfg.hop_length
         self._new = slice(last - (new - 1) * cfg.hop_length, last + cfg.frame_length)
         self.audio = np.zeros(cfg.clip_samples, np.float32)
-        self.raw = self.front.frames(self.audio)  # unnormalised frames of the window
+        self.raw = self.front.frames(self.audio)  # the window's frames' log-mels
         self._pending = np.zeros(0, np.float32)
         self._posts: deque = deque(maxlen=smooth)
         self._last: int | None = None  # the last detection's time in half hops

@@ -298,7 +298,7 @@ def frontend_error(lib, frontend, cfg: FeatureConfig) -> float:
     clips = sorted((SHARED_DATA / "speech_commands_sample").rglob("*.wav"))[:8]
     if not clips:
         pytest.skip(f"no Speech Commands clips under {SHARED_DATA}")
-    scratch = np.zeros(cfg.frame_length * 2, np.float32)
+    scratch = np.zeros(cfg.frame_length + cfg.frame_length // 2 + 1 + cfg.n_frames, np.float32)  # CLIP_SCRATCH
     worst = 0.0
     for f in clips:
         pcm = wavfile.read(f)[1][:cfg.clip_samples]
@@ -312,8 +312,10 @@ def frontend_error(lib, frontend, cfg: FeatureConfig) -> float:
 
 
 @pytest.mark.parametrize("cfg", [FeatureConfig(), FeatureConfig(floor_db=30.0), FeatureConfig(normalize="active"),
-                                 FeatureConfig(floor_db=40.0, normalize="active"), FeatureConfig(normalize="running")],
-                         ids=["log-mel", "floor-30dB", "active-mean", "floor-40dB-active-mean", "running-mean"])
+                                 FeatureConfig(floor_db=40.0, normalize="active"), FeatureConfig(normalize="running"),
+                                 FeatureConfig(n_mfcc=10, f_max=4000.0, normalize="active")],
+                         ids=["log-mel", "floor-30dB", "active-mean", "floor-40dB-active-mean", "running-mean",
+                              "mfcc-active-mean"])
 def test_frontend_matches_features(cfg, tmp_path):
     """edgeosc_frontend_clip (float32 C) == features.py within 2e-3 (as arm_mfcc_f32 is) on real speech with
     digital silence."""

@@ -100,14 +100,24 @@ void edgeosc_frontend_frame(const EdgeoscFrontend *f, const int16_t *pcm, float 
 
 void edgeosc_frontend_clip(const EdgeoscFrontend *f, const int16_t *pcm, float *features, float *scratch) {
   const int32_t C = f->n_mfcc ? f->n_mfcc : f->n_mels, n = f->n_frames * C;
+  /* MFCCs with the active mean: each frame's loudest log-mel, which the DCT leaves behind in the frame's scratch */
+  float *const levels = f->dct && f->normalize == 2 ? scratch + EDGEOSC_FRONTEND_SCRATCH(f->frame_length) : 0;
   int32_t t, c, i;
   float peak;
-  for (t = 0; t < f->n_frames; ++t)
+  for (t = 0; t < f->n_frames; ++t) {
     edgeosc_frontend_frame(f, pcm + t * f->hop_length, features + t * C, scratch);
-  peak = features[0];
-  /* the clip's largest log-mel, for the floor and the active frames (log-mel only: the generator refuses a DCT);
-     the floor leaves it where it is */
-  for (i = 1; (f->floor > 0 || f->normalize == 2) && i < n; ++i) peak = features[i] > peak ? features[i] : peak;
+    if (levels) {
+      const float *log_mel = scratch + f->frame_length;
+      levels[t] = log_mel[0];
+      for (i = 1; i < f->n_mels; ++i) levels[t] = log_mel[i] > levels[t] ? log_mel[i] : levels[t];
+    }
+  }
+  peak = levels ? levels[0] : features[0];
+  /* the clip's largest log-mel, for the floor (log-mel only: the generator refuses a DCT) and the active frames; the
+     floor leaves it where it is */
+  for (i = 1; levels && i < f->n_frames; ++i) peak = levels[i] > peak ? levels[i] : peak;
+  for (i = 1; !levels && (f->floor > 0 || f->normalize == 2) && i < n; ++i)
+    peak = features[i] > peak ? features[i] : peak;
   if (f->floor > 0) {
     const float lo = peak - f->floor;
     for (i = 0; i < n; ++i) features[i] = features[i] < lo ? lo : features[i];
@@ -125,8 +135,8 @@ void edgeosc_frontend_clip(const EdgeoscFrontend *f, const int16_t *pcm, float *
     for (c = 0; c < C; ++c) mean[c] = 0;
     for (t = 0; t < f->n_frames; ++t) {
       const float *x = features + t * C;
-      float level = x[0];
-      for (c = 1; f->normalize == 2 && c < C; ++c) level = x[c] > level ? x[c] : level;
+      float level = levels ? levels[t] : x[0];
+      for (c = 1; !levels && f->normalize == 2 && c < C; ++c) level = x[c] > level ? x[c] : level;
       if (f->normalize == 2 && level < gate) continue;
       for (c = 0; c < C; ++c) mean[c] += x[c];
       ++count;

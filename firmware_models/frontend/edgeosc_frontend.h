@@ -19,7 +19,7 @@ extern "C" {
 
 typedef struct {
   int32_t frame_length, hop_length, n_frames, n_mels, n_mfcc; /* n_mfcc 0: log-mel */
-  int32_t normalize; /* subtract per-clip means: 0 no, 1 over every frame, 2 over the active frames (log-mel), 3 over
+  int32_t normalize; /* subtract per-clip means: 0 no, 1 over every frame, 2 over the active frames, 3 over
                         the frames up to each one (causal) */
   float floor; /* > 0: log-mels raised to at least the clip's largest less this (natural log), before the means */
   float active; /* normalize 2: frames whose largest log-mel is within this of the clip's largest are active */
@@ -30,13 +30,16 @@ typedef struct {
   const float *dct;                      /* [n_mfcc, n_mels], NULL for log-mel */
 } EdgeoscFrontend;
 
-/* Scratch floats: the packed complex spectrum and the magnitudes. */
+/* Scratch floats of a frame: the packed complex spectrum and the magnitudes. */
 #define EDGEOSC_FRONTEND_SCRATCH(frame_length) ((frame_length) + (frame_length) / 2 + 1)
+/* Of a clip: a frame's, and with MFCCs and the active mean (normalize 2) each frame's level after it. */
+#define EDGEOSC_FRONTEND_CLIP_SCRATCH(frame_length, n_frames) (EDGEOSC_FRONTEND_SCRATCH(frame_length) + (n_frames))
 
 /** Coefficients (n_mfcc, or n_mels for log-mel) of one frame of frame_length samples. */
 void edgeosc_frontend_frame(const EdgeoscFrontend *f, const int16_t *pcm, float *coeffs, float *scratch);
 
-/** Features [n_frames, coefficients] of a clip of (n_frames - 1) * hop + frame_length samples. */
+/** Features [n_frames, coefficients] of a clip of (n_frames - 1) * hop + frame_length samples; scratch:
+ * EDGEOSC_FRONTEND_CLIP_SCRATCH floats. */
 void edgeosc_frontend_clip(const EdgeoscFrontend *f, const int16_t *pcm, float *features, float *scratch);
 
 /** int8 = clamp(round_half_even(x / scale) + zero_point), as the model's input quantization. */
