@@ -40,7 +40,8 @@ class FeatureExtractor(torch.nn.Module):
         if cfg.normalize == "utterance":
             feats = feats - feats.mean(dim=1, keepdim=True)
         elif cfg.normalize == "active":
-            level = (log_mels if cfg.n_mfcc else feats).amax(dim=2, keepdim=True)  # [B, F, 1]: each frame's loudest band
+            # [B, F, 1]: each frame's loudest log-mel band (floored where the floor is on)
+            level = (log_mels if cfg.n_mfcc else feats).amax(dim=2, keepdim=True)
             active = (level >= level.amax(dim=1, keepdim=True) - nats(ACTIVE_DB)).to(feats.dtype)
             feats = feats - (feats * active).sum(1, keepdim=True) / active.sum(1, keepdim=True)
         elif cfg.normalize == "running":
@@ -68,7 +69,7 @@ class FeatureExtractor(torch.nn.Module):
         return torch.log(mag @ self.mel_t + LOG_OFFSET)
 
     def _coefficients(self, log_mels: torch.Tensor) -> torch.Tensor:
-        """The model's coefficients before any normalisation: MFCCs, or the log-mels (their DCT, the identity, skipped)."""
+        """The model's coefficients before any normalisation: MFCCs, or the log-mels (the identity DCT skipped)."""
         return log_mels @ self.dct_t if self.cfg.n_mfcc else log_mels
 
     @staticmethod

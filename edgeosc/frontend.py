@@ -23,8 +23,9 @@ constants from ``mfcc_constants`` and get the same numbers as ``FeatureExtractor
 - normalize "utterance": subtract each clip's per-coefficient mean over frames (after log / DCT);
   firmware does the same over its buffered window of frames.
 - normalize "active": each coefficient's mean over the clip's active frames only, those whose loudest log-mel
-  band is within ACTIVE_DB of the clip's loudest log-mel (MFCCs too: the levels are the log-mels' before the DCT). Over all frames, a trimmed recording's padding or a
-  pause weighs in, so a channel's spectral tilt is removed only in proportion to the clip's speech.
+  band is within ACTIVE_DB of the clip's loudest log-mel (MFCCs too: the levels are the log-mels' before the DCT).
+  Over all frames, a trimmed recording's padding or a pause weighs in, so a channel's spectral tilt is removed
+  only in proportion to the clip's speech.
 - normalize "running": each frame less the mean of the frames up to it, a causal mean: what a stream can compute
   (over a stream's window, the last frame's mean is the window's).
 """
