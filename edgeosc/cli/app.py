@@ -109,8 +109,8 @@ TRAIN_FLAGS = DATA_FLAGS + [
      "head's scores (ALiBi's relative position); off: the causal stem is its only position signal"),
     ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands; >0: that many MFCCs"),
     ("--normalize", "features.normalize", "Per-clip mean subtraction of the features: over every frame "
-     "(utterance) or over the frames within 30 dB of the clip's loudest (active: recordings padded with silence); what a stream can "
-     "compute: running (each frame less the mean of the second up to it) or none"),
+     "(utterance) or over the frames within 30 dB of the clip's loudest (active: for recordings padded with "
+     "silence); what a stream can compute: running (each frame less the mean of the second up to it) or none"),
     ("--floor-db", "features.floor_db", "Floor the log-mels this many dB below each clip's peak (0: off), so "
      "digital-silence padding looks like a quiet noise floor"),
     ("--epochs", "train.epochs", f"Training epochs (--qat: default {QAT_EPOCHS}; 0: PTQ only)"),
