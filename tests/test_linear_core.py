@@ -68,8 +68,8 @@ def test_c_equals_reference_and_float(p, causal, gated):
     assert diff.max() <= (1 if p <= 4 else 3) and diff.mean() < (0.1 if p <= 4 else 0.2), (diff.max(), diff.mean())
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 17, 5, 7), (2, 49, 4, 4), (1, 196, 16, 16)])  # (2, 49, 4, 4): the
-# narrow head's unrolled query
+# (2, 49, 4, 4): the narrow head's unrolled key terms and query
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 17, 5, 7), (2, 49, 4, 4), (1, 196, 16, 16)])
 def test_other_shapes(shape):
     rng = np.random.default_rng(len(shape))
     H, T, dh, dv = shape
