@@ -381,10 +381,12 @@ static inline __attribute__((always_inline)) void readout_weights_of(int64_t h0,
   for (m = 1; m < 2 * pp + 1; ++m) beta[m] = w[(m + 1) / 2] * harm[m - 1];
 }
 
-/* readout_weights_of for the head's p (the default head's query calls it with 4: unrolled) */
+#if EDGEOSC_DSP
+/* readout_weights_of for the head's p, one copy for the DSP pass's other heads (the queries here inline their own) */
 static void readout_weights(const EdgeoscLinearParams *p, int64_t h0, int64_t h1, int32_t *beta) {
   readout_weights_of(h0, h1, beta, p->p);
 }
+#endif
 
 /* A query's Divider (edgeosc_attention_fast.h) for denominator den */
 static inline void divider(const EdgeoscLinearParams *p, int64_t den, Divider *dv) {
@@ -438,10 +440,7 @@ static inline __attribute__((always_inline)) void linear_query_of(const EdgeoscL
       h1 += (int64_t)qq * sc[1];
     }
   }
-  if (pp == EDGEOSC_LINEAR_D8_P) /* the default power unrolled (a constant for the narrow head) */
-    readout_weights_of(h0, h1, beta, EDGEOSC_LINEAR_D8_P);
-  else
-    readout_weights(p, h0, h1, beta);
+  readout_weights_of(h0, h1, beta, pp);
   den = 0;
   for (m = 0; m < nr; ++m) den += (int64_t)beta[m] * sr[m * (dv + 1) + dv];
   divider(p, den, &div);

@@ -44,7 +44,9 @@ static int default_head(const EdgeoscLinearParams *p);
 /* The readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15) of z = h / |h|, for p = pp or the head's p */
 static inline __attribute__((always_inline)) void readout_weights_of(int64_t h0, int64_t h1, int32_t *beta,
                                                                      const int pp);
+#if EDGEOSC_DSP /* one copy at the head's p, for the DSP pass */
 static void readout_weights(const EdgeoscLinearParams *p, int64_t h0, int64_t h1, int32_t *beta);
+#endif
 
 /* One division per query: den (> 0) to 22 bits, m 2^21 / den a multiplier of each numerator. */
 typedef struct {

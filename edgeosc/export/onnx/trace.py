@@ -120,42 +120,37 @@ def _can_fold(layer: OscillatorAttention) -> bool:
             and layer.gate is not None and layer.gate_map == "taylor2")
 
 
+def _folded_widths(layer: OscillatorAttention) -> list[int]:
+    """The parts of _folded_projection per head: q, k and v a column wider than the layer's own."""
+    return [w + 1 for w in layer.onnx_widths[:3]] + layer.onnx_widths[3:]
+
+
 def _folded_projection(layer: OscillatorAttention) -> nn.Module:
     """The float layer's fused projection (q, k, v, raw anchors, raw gate per head) with the core's constants moved
     into it: a column d_h^(1/4) on q and on k (q.k + sqrt(d_h)), a column 1 on v ([v, 1]: numerator and denominator
     in one product) and the gate's +1 in its bias. Four nodes a layer fewer in float.onnx; the same function."""
-    d_h, d_v = layer.d_h, layer.out.in_features // layer.heads
-    widths, proj = layer.onnx_widths, layer.onnx_proj
-    weight, bias = proj.weight.detach().split(sum(widths)), proj.bias.detach().split(sum(widths))
-    constants = [d_h ** 0.25, d_h ** 0.25, 1.0]  # after the q, k and v parts
-    rows, biases = [], []
-    for w, b in zip(weight, bias):  # head by head
-        parts_w, parts_b = list(w.split(widths)), list(b.split(widths))
-        parts_b[-1] = parts_b[-1] + 1.0  # the gate's shift
-        for i, c in enumerate(constants):
-            parts_w[i] = torch.cat([parts_w[i], torch.zeros(1, w.shape[1])])
-            parts_b[i] = torch.cat([parts_b[i], torch.tensor([c])])
-        rows.append(torch.cat(parts_w)), biases.append(torch.cat(parts_b))
-    linear = nn.Linear(proj.in_features, sum(len(b) for b in biases))
+    proj, heads, n = layer.onnx_proj, layer.heads, layer.onnx_proj.in_features
+    rows = torch.cat([proj.weight.detach(), proj.bias.detach()[:, None]], 1).view(heads, -1, n + 1)  # weights, bias
+    q, k, v, rest = rows.split(layer.onnx_widths[:3] + [sum(layer.onnx_widths[3:])], 1)
+    rest[:, -1, n] += 1.0  # the gate's shift, in its bias
+
+    def constant(c: float) -> Tensor:  # a row per head: no weights, bias c
+        return F.pad(torch.zeros(heads, 1, n), (0, 1), value=c)
+
+    c = layer.d_h ** 0.25
+    rows = torch.cat([q, constant(c), k, constant(c), v, constant(1.0), rest], 1).flatten(0, 1)
+    linear = nn.Linear(n, rows.shape[0])
     with torch.no_grad():
-        linear.weight.copy_(torch.cat(rows))
-        linear.bias.copy_(torch.cat(biases))
-    layer.onnx_folded_widths = [d_h + 1, d_h + 1, d_v + 1, *widths[3:]]
+        linear.weight.copy_(rows[:, :n])
+        linear.bias.copy_(rows[:, n])
     return linear
 
 
 def _folded_heads(layer: OscillatorAttention, y: Tensor) -> Tensor:
-    """direct_linear_core of a float layer (with oscillator_heads' anchors and gate) on _folded_projection's parts."""
-    q, k, vb, r_raw, shifted = split_heads(layer, y, layer.onnx_folded_widths)
-    r = lp_unit(r_raw, -1, layer.eps)
+    """oscillator_heads of a float layer on _folded_projection's parts."""
+    q, k, vb, r_raw, shifted = split_heads(layer, y, _folded_widths(layer))
     g = shifted * shifted + 1.0  # 2 taylor2 of the raw gate: a factor common to the keys is left out
-    s = q @ k.transpose(-1, -2)  # q.k + sqrt(d_h)
-    z = lp_unit((s * s + layer.d_h) @ r, -1, layer.eps)
-    d_v = layer.onnx_folded_widths[2] - 1  # a Python int: a constant of the trace
-    num, den = (_power(1.0 + z @ r.transpose(-1, -2), layer.p) @ (g * vb)).split([d_v, 1], -1)
-    # den >= 1, no clamp: z . h = |h| >= 0 with h = sum_j w_j r_j, w_j > 0, so some key has z . r_j >= 0, and
-    # its term g_j (1 + z . r_j)^p >= 1 (and with h = 0, z = 0 and every term is g_j >= 1)
-    return merge_heads(layer, num / den)
+    return merge_heads(layer, direct_linear_core(layer, q, k, vb, lp_unit(r_raw, -1, layer.eps), g=g, folded=True))
 
 
 def oscillator_heads(layer: OscillatorAttention, y: Tensor) -> Tensor:
@@ -231,22 +226,23 @@ def _power(x: Tensor, p: int) -> Tensor:
 
 
 def direct_linear_core(layer: OscillatorAttention, q: Tensor, k: Tensor, v: Tensor, r: Tensor,
-                       mask: Tensor | None = None, g: Tensor | None = None) -> Tensor:
+                       mask: Tensor | None = None, g: Tensor | None = None, folded: bool = False) -> Tensor:
     """oscillator_attention_linear (whole clip, taylor2) in few large ops, at the same points (LINEAR_POINTS).
 
     The coupling as T x T products: w_ij = (q_i.k_j + sqrt(d_h))^2 + d_h is 2 d_h taylor2(q_i.k_j / sqrt(d_h)), a
     positive row scale, which z = unit(w r) does not see. The readout of a quantized layer (d_osc 2) as the linear
     form's sums over keys, its features the harmonics of z and r as the linear form computes them for int8 unit
     vectors, which are unit vectors to 1/128 only; of a float layer (or d_osc > 2) as (1 + z.r)^p over T x T, the
-    same function for exact unit vectors in a third of the nodes."""
+    same function for exact unit vectors in a third of the nodes. folded (a float layer's _folded_projection): q
+    and k carry a column each, so q.k is the shifted score, and v its column of ones."""
     if mask is not None:
         raise ValueError("the linear form takes key masks and causality, not a [T, T] mask")
     quant, p = layer.point, layer.p
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
     d_h, d_v = layer.d_h, layer.out.in_features // layer.heads  # Python ints: constants of the trace
-    s = (q @ k.transpose(-1, -2)) + math.sqrt(d_h)
+    s = q @ k.transpose(-1, -2) if folded else q @ k.transpose(-1, -2) + math.sqrt(d_h)
     z = quant("z", lp_unit((s * s + d_h) @ r, -1, layer.eps))  # the direction of h = w r / sum_j w
-    vb = F.pad(v, (0, 1), value=1.0)  # [v, 1]: numerator and denominator in one product
+    vb = v if folded else F.pad(v, (0, 1), value=1.0)  # [v, 1]: numerator and denominator in one product
     if layer.d_osc == 2 and layer.quant is not None:
         t = getattr(layer, "onnx_tokens", None)  # a model's T: the monomials of z and r at once (a function body's T
         if t is not None:  # is dynamic: one at a time)
@@ -261,6 +257,8 @@ def direct_linear_core(layer: OscillatorAttention, q: Tensor, k: Tensor, v: Tens
         power = _power(1.0 + z @ r.transpose(-1, -2), p)
         both = power @ (vb if g is None else g * vb)
     num, den = both.split([d_v, 1], -1)
+    if folded:  # float, den >= 1, no clamp: z . h = |h| >= 0 with h = sum_j w_j r_j, w_j > 0, so some key has
+        return num / den  # z . r_j >= 0 and its term g_j (1 + z . r_j)^p >= 1 (h = 0: z = 0, every term g_j >= 1)
     # the linear form's ratio, 0 where no key has weight: a den of 0 is a sum of terms that are all 0, and so is num.
     # (int8 anchors are unit vectors to 1/128, so a term can be slightly negative, and a row whose terms cancelled to
     # <= tiny would differ; a Where costs the core 10-20% more time in onnxruntime)
