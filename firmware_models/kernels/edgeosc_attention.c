@@ -293,7 +293,7 @@ static int default_head(const EdgeoscLinearParams *p) {
 }
 
 /* The narrow head: d_head = d_value = 4 at the default head's power (a model of twice the heads at the same width),
- * its key terms and query unrolled in C */
+ * unrolled as the default head is (in C where the default head has assembly) */
 static int narrow_head(const EdgeoscLinearParams *p) {
   return p->d_head == 4 && p->d_value == 4 && p->p == EDGEOSC_LINEAR_D8_P;
 }
@@ -470,13 +470,13 @@ static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *s
     linear_query_of(p, state, q, out, p->d_head, p->d_value, p->p);
 }
 
-/* The DSP path takes the default head's keys straight from their bytes, other heads' from their terms, which the
+/* The DSP path takes the unrolled heads' keys straight from their bytes, other heads' from their terms, which the
  * portable loops then share (NEON's variants sit in those loops: they take terms too) */
 void edgeosc_linear_update(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
                            const EdgeoscLinearKey *b) {
   KeyTerms ta, tb;
 #if EDGEOSC_DSP
-  if (linear_update_d8_dsp(p, state, a, b)) return;
+  if (linear_update_unrolled_dsp(p, state, a, b)) return;
 #endif
   key_terms(p, a, a->v, &ta);
   key_terms(p, b, a->v, &tb);
@@ -497,7 +497,7 @@ void edgeosc_linear_step(const EdgeoscLinearParams *p, int32_t *state, const Edg
                          const EdgeoscLinearKey *b, const int8_t *q, int8_t *out) {
   KeyTerms ta, tb;
 #if EDGEOSC_DSP
-  if (linear_step_d8_dsp(p, state, a, b, q, out)) return;
+  if (linear_step_unrolled_dsp(p, state, a, b, q, out)) return;
 #endif
   key_terms(p, a, a->v, &ta);
   key_terms(p, b, a->v, &tb);

@@ -23,9 +23,10 @@
 
 static int8_t clamp8(int32_t y);
 
-/* The default head: d_head = d_value = 8 at the shipped readout power (EDGEOSC_LINEAR_D8_P, edgeosc_variant.h), its
- * key terms unrolled, on the DSP path its update, query and step too (dsp/edgeosc_linear_dsp.c, the d8 tables; its
- * assembly, dsp/edgeosc_linear_dsp.S, takes p 4, 6 or 8); other heads take the general loops */
+/* The unrolled heads: the default head, d_head = d_value = 8 at the shipped readout power (EDGEOSC_LINEAR_D8_P,
+ * edgeosc_variant.h), and the narrow head (4 at that power): their key terms unrolled, on the DSP path their update,
+ * query and step too (dsp/edgeosc_linear_dsp.c, one table layout per width; the default head's loops in assembly,
+ * dsp/edgeosc_linear_dsp.S, for p 4, 6 or 8); other heads take the general loops */
 
 /* A key's terms with its sign folded in: K = k - zp_k, r, and the readout rows' coefficients u (the gate times
  * [1, cos m f, sin m f] in Q15, over 2^8; row 0: gate x 128). A missing key: every term 0. */
@@ -38,8 +39,9 @@ typedef struct {
 /* A key's readout coefficients u[0..2p] (KeyTerms.u); returns whether u[1..2p] fit int16. */
 static inline __attribute__((always_inline)) int readout_terms(const EdgeoscLinearKey *key, int32_t *u, const int pp);
 
-/* The head the models run (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P) */
+/* The head the models run (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P), and the narrow one (4, the same p) */
 static int default_head(const EdgeoscLinearParams *p);
+static int narrow_head(const EdgeoscLinearParams *p);
 
 /* The readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15) of z = h / |h|, for p = pp or the head's p */
 static inline __attribute__((always_inline)) void readout_weights_of(int64_t h0, int64_t h1, int32_t *beta,
@@ -71,14 +73,14 @@ static inline __attribute__((always_inline)) int score_row_dsp(const int8_t *qi,
 static inline __attribute__((always_inline)) int mix_row_dsp(const int8_t *row, const int8_t *vh, int T, int dv,
                                                              int32_t za, int32_t zv, EdgeoscRequant rq, int32_t zo,
                                                              int rounding, int8_t *out);
-/* the linear core: the default head from its keys' bytes (*_d8_dsp), other heads from their terms */
-static inline __attribute__((always_inline)) int linear_update_d8_dsp(const EdgeoscLinearParams *p, int32_t *state,
-                                                                      const EdgeoscLinearKey *a,
-                                                                      const EdgeoscLinearKey *b);
-static inline __attribute__((always_inline)) int linear_step_d8_dsp(const EdgeoscLinearParams *p, int32_t *state,
-                                                                    const EdgeoscLinearKey *a,
-                                                                    const EdgeoscLinearKey *b, const int8_t *q,
-                                                                    int8_t *out);
+/* the linear core: the unrolled heads from their keys' bytes (*_unrolled_dsp), other heads from their terms */
+static inline __attribute__((always_inline)) int linear_update_unrolled_dsp(const EdgeoscLinearParams *p,
+                                                                            int32_t *state, const EdgeoscLinearKey *a,
+                                                                            const EdgeoscLinearKey *b);
+static inline __attribute__((always_inline)) int linear_step_unrolled_dsp(const EdgeoscLinearParams *p, int32_t *state,
+                                                                          const EdgeoscLinearKey *a,
+                                                                          const EdgeoscLinearKey *b, const int8_t *q,
+                                                                          int8_t *out);
 static inline __attribute__((always_inline)) int linear_query_dsp(const EdgeoscLinearParams *p, const int32_t *state,
                                                                   const int8_t *q, int8_t *out);
 static inline __attribute__((always_inline)) int linear_update_dsp(const EdgeoscLinearParams *p, int32_t *state,

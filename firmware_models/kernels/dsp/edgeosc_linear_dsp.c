@@ -1,6 +1,6 @@
-/* The linear oscillator core on the DSP path (Armv7E-M / Armv8-M with the DSP extension): the default head's
- * update, query and stream step from tables of int16 pairs (in Thumb-2 assembly under EDGEOSC_ASM: the functions of
- * edgeosc_linear_dsp.S, declared here beside the tables they read; their C twins otherwise), other heads in
+/* The linear oscillator core on the DSP path (Armv7E-M / Armv8-M with the DSP extension): the unrolled heads'
+ * update, query and stream step from tables of int16 pairs (the default head's in Thumb-2 assembly under EDGEOSC_ASM:
+ * the functions of edgeosc_linear_dsp.S, declared here beside the tables they read; their C twins otherwise), other heads in
  * one pass over the state, and the division by the denominator. The same integers as the reference loops of
  * edgeosc_attention.c (linear_update_portable, linear_query_portable), bit for bit.
  * Compiled inside edgeosc_attention.c (it includes this file), not alone. */
@@ -170,89 +170,105 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
   if (query) divided_row(&div, num, dv, out);
 }
 
-/* A query alone on the DSP path for the default head (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P: DH, NR), the portable query's
- * sums: the coupling's 44 features after (0, 0) each one weight (a table: 2 c1 Q_a, then per row 2 Q_a^2 and
- * 4 Q_a Q_b) times its two words, the readout three columns a pass over its rows (six int64 sums), the division by
- * divided_dsp_row. EDGEOSC_ASM runs both loops in Thumb-2 assembly (edgeosc_linear_dsp.S), straight through: runs of loads (LDM, or LDR after
- * LDR, one cycle a word after the first) then SMLAL, which gcc's own scheduling spreads apart. */
-#define DH 8
+/* The unrolled heads on the DSP path: the default head (d_head = d_value = 8) and the narrow one (4), both at
+ * p = EDGEOSC_LINEAR_D8_P (NR rows); `dh` is a constant at every call (always_inline specialises each width).
+ * A query alone: the portable query's sums, the coupling's features after (0, 0) each one weight (a table: 2 c1 Q_a,
+ * then per row 2 Q_a^2 and 4 Q_a Q_b) times its two words, the readout's dh + 1 columns, the division by
+ * divided_row. Under EDGEOSC_ASM the default head runs both loops in Thumb-2 assembly (edgeosc_linear_dsp.S),
+ * straight through: runs of loads (LDM, or LDR after LDR, one cycle a word after the first) then SMLAL, which gcc's
+ * own scheduling spreads apart; the narrow head's loops, a third the size, stay in C. */
+#define DH_MAX 8
 #define NR EDGEOSC_LINEAR_ROWS(EDGEOSC_LINEAR_D8_P)
-#define FEATURES (EDGEOSC_LINEAR_COUPLING(DH) - 1)
+#define FEATURES(dh) (EDGEOSC_LINEAR_COUPLING(dh) - 1)
 
 #if EDGEOSC_ASM
-/* In edgeosc_linear_dsp.S. h (int64[2]) += sum_f w[f] (sc[2f], sc[2f + 1]) over the 44 features */
+/* In edgeosc_linear_dsp.S, for the default head. h (int64[2]) += sum_f w[f] (sc[2f], sc[2f + 1]) over the 44
+ * features */
 void edgeosc_coupling_d8_asm(const int32_t *sc, const int32_t *w, int64_t *h);
 /* num[d] = sum_m beta[m] col_d[m] for the nine columns of the readout's NR rows (stride 9 words) */
 void edgeosc_readout_d8_asm(const int32_t *sr, const int32_t *beta, int64_t *num);
 #endif
 
-/* The query's coupling weights w[FEATURES] (2 c1 Q_a, then per row 2 Q_a^2 and 4 Q_a Q_b) */
-static void query_weights_d8(const EdgeoscLinearParams *p, const int8_t *q, int32_t *w) {
+/* The query's coupling weights w[FEATURES(dh)] (2 c1 Q_a, then per row 2 Q_a^2 and 4 Q_a Q_b) */
+static inline __attribute__((always_inline)) void query_weights(const EdgeoscLinearParams *p, const int8_t *q,
+                                                                int32_t *w, const int dh) {
   const int32_t c2 = 2 * p->c1, zq = p->zp_q; /* locals: the stores to w could alias p */
-  int32_t Q2[DH], a, b;
+  int32_t Q2[DH_MAX], a, b;
 #pragma GCC unroll 8
-  for (a = 0; a < DH; ++a) Q2[a] = 2 * (q[a] - zq);
+  for (a = 0; a < dh; ++a) Q2[a] = 2 * (q[a] - zq);
 #pragma GCC unroll 8
-  for (a = 0; a < DH; ++a) *w++ = c2 * Q2[a] >> 1;
+  for (a = 0; a < dh; ++a) *w++ = c2 * Q2[a] >> 1;
 #pragma GCC unroll 8
-  for (a = 0; a < DH; ++a) {
+  for (a = 0; a < dh; ++a) {
     *w++ = Q2[a] * Q2[a] >> 1; /* a == b: weight 2, a < b: 4 (both orders) */
 #pragma GCC unroll 8
-    for (b = a + 1; b < DH; ++b) *w++ = Q2[a] * Q2[b];
+    for (b = a + 1; b < dh; ++b) *w++ = Q2[a] * Q2[b];
   }
 }
 
 /* The query from h, its coupling sums past (0, 0): c1^2 times word pair (0, 0), then z, the readout, the division */
-static void query_from_h_d8(const EdgeoscLinearParams *p, const int32_t *state, int64_t *h, int8_t *out) {
-  const int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH);
+static inline __attribute__((always_inline)) void query_from_h(const EdgeoscLinearParams *p, const int32_t *state,
+                                                               int64_t *h, int8_t *out, const int dh) {
+  const int32_t *const sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh);
   int32_t beta[NR];
-  int64_t num[DH + 1];
+  int64_t num[DH_MAX + 1];
   Divider div;
   h[0] += (int64_t)p->c1 * p->c1 * state[0], h[1] += (int64_t)p->c1 * p->c1 * state[1];
   readout_weights_of(h[0], h[1], beta, EDGEOSC_LINEAR_D8_P);
 #if EDGEOSC_ASM
-  edgeosc_readout_d8_asm(sr, beta, num);
-#else
+  if (dh == 8)
+    edgeosc_readout_d8_asm(sr, beta, num);
+  else
+#endif
   {
     int32_t a, b;
-    for (b = 0; b <= DH; ++b) { /* column b */
+#pragma GCC unroll 9
+    for (b = 0; b <= dh; ++b) { /* column b */
       const int32_t *col = sr + b;
       int64_t sum = 0;
-      for (a = 0; a < NR; ++a, col += DH + 1) sum += (int64_t)beta[a] * col[0];
+#pragma GCC unroll 9
+      for (a = 0; a < NR; ++a, col += dh + 1) sum += (int64_t)beta[a] * col[0];
       num[b] = sum;
     }
   }
-#endif
-  divider(p, num[DH], &div);
-  divided_row(&div, num, DH, out);
+  divider(p, num[dh], &div);
+  divided_row(&div, num, dh, out);
 }
 
-static void linear_query_d8(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
-  int32_t w[FEATURES];
+static inline __attribute__((always_inline)) void unrolled_query(const EdgeoscLinearParams *p, const int32_t *state,
+                                                                 const int8_t *q, int8_t *out, const int dh) {
+  int32_t w[FEATURES(DH_MAX)];
   int64_t h[2] = {0, 0};
-  query_weights_d8(p, q, w);
+  query_weights(p, q, w, dh);
 #if EDGEOSC_ASM
-  edgeosc_coupling_d8_asm(state + 2, w, h);
-#else
+  if (dh == 8)
+    edgeosc_coupling_d8_asm(state + 2, w, h);
+  else
+#endif
   {
     const int32_t *sc = state + 2;
     int32_t f;
-    for (f = 0; f < FEATURES; ++f, sc += 2) h[0] += (int64_t)w[f] * sc[0], h[1] += (int64_t)w[f] * sc[1];
+#pragma GCC unroll 44
+    for (f = 0; f < FEATURES(dh); ++f, sc += 2) h[0] += (int64_t)w[f] * sc[0], h[1] += (int64_t)w[f] * sc[1];
   }
-#endif
-  query_from_h_d8(p, state, h, out);
+  query_from_h(p, state, h, out, dh);
 }
 
-/* Two keys into the state on the DSP path for the default head, linear_pass's sums (query 0) unrolled: each
+/* Two keys into the state on the DSP path for an unrolled head, linear_pass's sums (query 0) unrolled: each
  * coupling word one SMLAD of K'_j against K'_i r, each readout word one SMLAD of (V_a, V_b) against (u_a, u_b).
  * C packs the pairs into a table (UPDATE_WORDS: kp, x0, x1 per coupling row, vv per readout column, u per readout
  * row); the sums read it. */
-enum { UPDATE_KP = 0, UPDATE_X0 = DH + 1, UPDATE_X1 = 2 * (DH + 1), UPDATE_VV = 3 * (DH + 1),
-       UPDATE_U = 4 * (DH + 1), UPDATE_WORDS = 4 * (DH + 1) + NR };
+#define UPDATE_KP(dh) 0
+#define UPDATE_X0(dh) ((dh) + 1)
+#define UPDATE_X1(dh) (2 * ((dh) + 1))
+#define UPDATE_VV(dh) (3 * ((dh) + 1))
+#define UPDATE_U(dh) (4 * ((dh) + 1))
+#define UPDATE_WORDS(dh) (4 * ((dh) + 1) + NR)
 
 #if EDGEOSC_ASM
-/* In edgeosc_linear_dsp.S: the update's sums, every state word loaded, summed and stored once, with the pairs each word
- * takes held in registers (gcc spills them): the coupling's, then the readout's (sr: the readout rows) */
+/* In edgeosc_linear_dsp.S, for the default head: the update's sums, every state word loaded, summed and stored once,
+ * with the pairs each word takes held in registers (gcc spills them): the coupling's, then the readout's (sr: the
+ * readout rows) */
 void edgeosc_update_coupling_d8_asm(int32_t *state, const int32_t *t);
 void edgeosc_update_readout_d8_asm(int32_t *sr, const int32_t *t);
 
@@ -262,12 +278,12 @@ void edgeosc_update_readout_d8_asm(int32_t *sr, const int32_t *t);
 void edgeosc_step_coupling_d8_asm(int32_t *state, const int32_t *t, const int32_t *qv, int64_t *h);
 #endif
 
-/* Eight int8 values of keys a and b less the zero point (zp2 in both halves) as int16 pairs (x_a, x_b) */
-static inline __attribute__((always_inline)) void pairs_of8(const int8_t *a, const int8_t *b, int32_t zp2,
-                                                            int32_t *out) {
+/* n (4 or 8) int8 values of keys a and b less the zero point (zp2 in both halves) as int16 pairs (x_a, x_b) */
+static inline __attribute__((always_inline)) void value_pairs(const int8_t *a, const int8_t *b, int32_t zp2,
+                                                              int32_t *out, const int n) {
   int w;
 #pragma GCC unroll 2
-  for (w = 0; w < 8; w += 4) {
+  for (w = 0; w < n; w += 4) {
     const int32_t wa = edgeosc_read4(a + w), wb = edgeosc_read4(b + w);
     const int32_t ea = __sxtb16(wa), eb = __sxtb16(wb), oa = edgeosc_sxtb16_ror8(wa), ob = edgeosc_sxtb16_ror8(wb);
     out[w] = __ssub16(edgeosc_pack_bottoms(ea, eb), zp2);
@@ -280,111 +296,128 @@ static inline __attribute__((always_inline)) void pairs_of8(const int8_t *a, con
 /* The update's table for keys a and b (b may be NULL: a key whose terms are all 0) straight from their bytes,
  * the terms of key_terms_of already in pairs. Returns 0 where a readout coefficient leaves int16 (the portable
  * loops take those keys). */
-static int update_table_d8(const EdgeoscLinearParams *p, const EdgeoscLinearKey *a, const EdgeoscLinearKey *b,
-                           int32_t *t) {
-  int8_t none_k[DH], none_v[DH];
+static inline __attribute__((always_inline)) int update_table(const EdgeoscLinearParams *p, const EdgeoscLinearKey *a,
+                                                              const EdgeoscLinearKey *b, int32_t *t, const int dh) {
+  int8_t none_k[DH_MAX], none_v[DH_MAX];
   const int8_t none_r[2] = {0, 0};
   EdgeoscLinearKey none;
   int32_t ua[NR], ub[NR], rr0, rr1, i, m;
   if (!b) { /* k and v at their zero points, no anchor, no gate */
-    for (i = 0; i < DH; ++i) none_k[i] = (int8_t)p->zp_k, none_v[i] = (int8_t)p->zp_v;
+    for (i = 0; i < dh; ++i) none_k[i] = (int8_t)p->zp_k, none_v[i] = (int8_t)p->zp_v;
     none.k = none_k, none.v = none_v, none.r = none_r, none.gate = 0, none.sign = 1;
     b = &none;
   }
   if (!readout_terms(a, ua, EDGEOSC_LINEAR_D8_P) || !readout_terms(b, ub, EDGEOSC_LINEAR_D8_P)) return 0;
   /* row 0: u = gate x 128 reaches 2^15, so it pairs u / 2 (u is even) and doubles the product */
-  t[UPDATE_U] = edgeosc_pack_bottoms(ua[0] >> 1, ub[0] >> 1);
+  t[UPDATE_U(dh)] = edgeosc_pack_bottoms(ua[0] >> 1, ub[0] >> 1);
 #pragma GCC unroll 8
-  for (m = 1; m < NR; ++m) t[UPDATE_U + m] = edgeosc_pack_bottoms(ua[m], ub[m]);
-  t[UPDATE_KP] = 0x00010001;
-  pairs_of8(a->k, b->k, edgeosc_pair(p->zp_k), t + UPDATE_KP + 1);
+  for (m = 1; m < NR; ++m) t[UPDATE_U(dh) + m] = edgeosc_pack_bottoms(ua[m], ub[m]);
+  t[UPDATE_KP(dh)] = 0x00010001;
+  value_pairs(a->k, b->k, edgeosc_pair(p->zp_k), t + UPDATE_KP(dh) + 1, dh);
   rr0 = edgeosc_pack16(a->sign * a->r[0], b->sign * b->r[0]);
   rr1 = edgeosc_pack16(a->sign * a->r[1], b->sign * b->r[1]);
-  t[UPDATE_X0] = rr0, t[UPDATE_X1] = rr1;
+  t[UPDATE_X0(dh)] = rr0, t[UPDATE_X1(dh)] = rr1;
 #pragma GCC unroll 8
-  for (i = 1; i <= DH; ++i) { /* K r in int16: |K| <= 255, |r| <= 128 */
-    const int32_t kp = t[UPDATE_KP + i];
-    t[UPDATE_X0 + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr0, (kp >> 16) * (rr0 >> 16));
-    t[UPDATE_X1 + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr1, (kp >> 16) * (rr1 >> 16));
+  for (i = 1; i <= dh; ++i) { /* K r in int16: |K| <= 255, |r| <= 128 */
+    const int32_t kp = t[UPDATE_KP(dh) + i];
+    t[UPDATE_X0(dh) + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr0, (kp >> 16) * (rr0 >> 16));
+    t[UPDATE_X1(dh) + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr1, (kp >> 16) * (rr1 >> 16));
   }
-  pairs_of8(a->v, b->v, edgeosc_pair(p->zp_v), t + UPDATE_VV);
-  t[UPDATE_VV + DH] = 0x00010001;
+  value_pairs(a->v, b->v, edgeosc_pair(p->zp_v), t + UPDATE_VV(dh), dh);
+  t[UPDATE_VV(dh) + dh] = 0x00010001;
   return 1;
 }
 
 /* The table's sums into the state */
-static void update_sums_d8(int32_t *state, const int32_t *t) {
+static inline __attribute__((always_inline)) void update_sums(int32_t *state, const int32_t *t, const int dh) {
+  int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(dh), i, j, m, d;
 #if EDGEOSC_ASM
-  edgeosc_update_coupling_d8_asm(state, t);
-  edgeosc_update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
-#else
-  {
-    int32_t *sc = state, *sr = state + 2 * EDGEOSC_LINEAR_COUPLING(DH), i, j, m, d;
-#pragma GCC unroll 9
-    for (i = 0; i <= DH; ++i)
-#pragma GCC unroll 9
-      for (j = i; j <= DH; ++j, sc += 2) {
-        const int32_t s0 = sc[0], s1 = sc[1];
-        sc[0] = __smlad(t[UPDATE_KP + j], t[UPDATE_X0 + i], s0);
-        sc[1] = __smlad(t[UPDATE_KP + j], t[UPDATE_X1 + i], s1);
-      }
-#pragma GCC unroll 9
-    for (d = 0; d <= DH; ++d)
-      sr[d] = (int32_t)((uint32_t)sr[d] + ((uint32_t)__smuad(t[UPDATE_VV + d], t[UPDATE_U]) << 1));
-#pragma GCC unroll 8
-    for (m = 1; m < NR; ++m) {
-      int32_t *row = sr + m * (DH + 1);
-#pragma GCC unroll 9
-      for (d = 0; d <= DH; ++d) row[d] = __smlad(t[UPDATE_VV + d], t[UPDATE_U + m], row[d]);
-    }
+  if (dh == 8) {
+    edgeosc_update_coupling_d8_asm(state, t);
+    edgeosc_update_readout_d8_asm(sr, t);
+    return;
   }
 #endif
-}
-
-/* A stream's step on the default head from its update table: the update then query q (out [DH]); in assembly the
- * coupling's update and the query's sums in one pass */
-static void step_d8(const EdgeoscLinearParams *p, int32_t *state, const int32_t *t, const int8_t *q, int8_t *out) {
-#if EDGEOSC_ASM
-  int32_t qv[DH + 1], a;
-  int64_t h[2] = {0, 0};
-  qv[0] = p->c1;
+#pragma GCC unroll 9
+  for (i = 0; i <= dh; ++i)
+#pragma GCC unroll 9
+    for (j = i; j <= dh; ++j, sc += 2) {
+      const int32_t s0 = sc[0], s1 = sc[1];
+      sc[0] = __smlad(t[UPDATE_KP(dh) + j], t[UPDATE_X0(dh) + i], s0);
+      sc[1] = __smlad(t[UPDATE_KP(dh) + j], t[UPDATE_X1(dh) + i], s1);
+    }
+#pragma GCC unroll 9
+  for (d = 0; d <= dh; ++d)
+    sr[d] = (int32_t)((uint32_t)sr[d] + ((uint32_t)__smuad(t[UPDATE_VV(dh) + d], t[UPDATE_U(dh)]) << 1));
 #pragma GCC unroll 8
-  for (a = 0; a < DH; ++a) qv[a + 1] = 2 * (q[a] - p->zp_q);
-  edgeosc_step_coupling_d8_asm(state, t, qv + 1, h);
-  edgeosc_update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH), t);
-  query_from_h_d8(p, state, h, out);
-#else
-  update_sums_d8(state, t);
-  linear_query_d8(p, state, q, out);
+  for (m = 1; m < NR; ++m) {
+    int32_t *row = sr + m * (dh + 1);
+#pragma GCC unroll 9
+    for (d = 0; d <= dh; ++d) row[d] = __smlad(t[UPDATE_VV(dh) + d], t[UPDATE_U(dh) + m], row[d]);
+  }
+}
+
+/* A stream's step on an unrolled head from its update table: the update then query q (out [dh]); in assembly, for the
+ * default head, the coupling's update and the query's sums in one pass */
+static inline __attribute__((always_inline)) void unrolled_step(const EdgeoscLinearParams *p, int32_t *state,
+                                                                const int32_t *t, const int8_t *q, int8_t *out,
+                                                                const int dh) {
+#if EDGEOSC_ASM
+  if (dh == 8) {
+    int32_t qv[DH_MAX + 1], a;
+    int64_t h[2] = {0, 0};
+    qv[0] = p->c1;
+#pragma GCC unroll 8
+    for (a = 0; a < DH_MAX; ++a) qv[a + 1] = 2 * (q[a] - p->zp_q);
+    edgeosc_step_coupling_d8_asm(state, t, qv + 1, h);
+    edgeosc_update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH_MAX), t);
+    query_from_h(p, state, h, out, DH_MAX);
+    return;
+  }
 #endif
+  update_sums(state, t, dh);
+  unrolled_query(p, state, q, out, dh);
 }
 
-/* The entry points. Keys a and b (b may be NULL) into the default head's state straight from their bytes; 0: another
+/* The entry points. Keys a and b (b may be NULL) into an unrolled head's state straight from their bytes; 0: another
  * head, or keys whose readouts leave int16 (they take the portable loops) */
-static inline int linear_update_d8_dsp(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
-                                       const EdgeoscLinearKey *b) {
-  int32_t t[UPDATE_WORDS];
-  if (!default_head(p) || !update_table_d8(p, a, b, t)) return 0;
-  update_sums_d8(state, t);
+static inline int linear_update_unrolled_dsp(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                                             const EdgeoscLinearKey *b) {
+  int32_t t[UPDATE_WORDS(DH_MAX)];
+  if (default_head(p) && update_table(p, a, b, t, 8))
+    update_sums(state, t, 8);
+  else if (narrow_head(p) && update_table(p, a, b, t, 4))
+    update_sums(state, t, 4);
+  else
+    return 0;
   return 1;
 }
 
-/* A stream's step on the default head: keys a and b (b may be NULL) in, then query q; 0 as linear_update_d8_dsp */
-static inline int linear_step_d8_dsp(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
-                                     const EdgeoscLinearKey *b, const int8_t *q, int8_t *out) {
-  int32_t t[UPDATE_WORDS];
-  if (!default_head(p) || !update_table_d8(p, a, b, t)) return 0;
-  step_d8(p, state, t, q, out);
+/* A stream's step on an unrolled head: keys a and b (b may be NULL) in, then query q; 0 as
+ * linear_update_unrolled_dsp */
+static inline int linear_step_unrolled_dsp(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
+                                           const EdgeoscLinearKey *b, const int8_t *q, int8_t *out) {
+  int32_t t[UPDATE_WORDS(DH_MAX)];
+  if (default_head(p) && update_table(p, a, b, t, 8))
+    unrolled_step(p, state, t, q, out, 8);
+  else if (narrow_head(p) && update_table(p, a, b, t, 4))
+    unrolled_step(p, state, t, q, out, 4);
+  else
+    return 0;
   return 1;
 }
 
-/* A query alone on the default head; 0: another head (the portable query: the pass gains it nothing) */
+/* A query alone on an unrolled head; 0: another head (the portable query: the pass gains it nothing) */
 static inline int linear_query_dsp(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
-  if (!default_head(p)) return 0;
-  linear_query_d8(p, state, q, out);
+  if (default_head(p))
+    unrolled_query(p, state, q, out, 8);
+  else if (narrow_head(p))
+    unrolled_query(p, state, q, out, 4);
+  else
+    return 0;
   return 1;
 }
-#undef DH
+#undef DH_MAX
 #undef NR
 #undef FEATURES
 
@@ -393,7 +426,7 @@ static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyT
   return ta->fits && tb->fits && p->d_head <= DSP_MAX_D_HEAD && p->d_value <= DSP_MAX_D_HEAD;
 }
 
-/* Key terms ta and tb into the state in one pass (linear_pass), for the heads linear_update_d8_dsp does not take (the
+/* Key terms ta and tb into the state in one pass (linear_pass), for the heads linear_update_unrolled_dsp does not take (the
  * default head's keys that failed there fail here too); 0: the portable loops */
 static inline int linear_update_dsp(const EdgeoscLinearParams *p, int32_t *state, const KeyTerms *ta,
                                     const KeyTerms *tb) {
