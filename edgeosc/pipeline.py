@@ -29,7 +29,7 @@ from typing import Callable
 
 from .config import (FLOAT_ONLY, MLPERF_FEATURES, QAT_EPOCHS, QAT_LR, BenchConfig,
                      DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict,
-                     model_of_kind, to_dict)
+                     model_of_kind, to_dict, with_dataset_defaults)
 from .io import write_json
 
 KINDS = ("oscillator", "softmax", "ds-cnn")  # the attention models and the baseline users run today (MLPerf Tiny)
@@ -80,6 +80,8 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     base = to_dict(PipelineConfig())
     qat = spec.get("qat", {})
     spec["qat"] = {**{k: base["qat"][k] for k in ("epochs", "lr")}, **qat}  # QAT's own defaults
+    for table in ("features", "dscnn_features"):
+        spec[table] = with_dataset_defaults(spec.get("data", {}), spec.get("model", {}), spec.get(table, {}))
     if spec.get("model", {}).get("attention") == "ds-cnn":  # its own input unless the features are given
         spec["features"] = {**to_dict(MLPERF_FEATURES), **spec.get("features", {})}
     if spec.get("data", {}).get("data_dir"):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import FLOAT_ONLY, to_dict
+from .config import FLOAT_ONLY, model_of_kind, to_dict
 from .cbuild import firmware_name
 from .io import write_json
 
@@ -148,7 +148,10 @@ def scaling(cfg, folder: Path) -> dict:
     """Cycles of the fused oscillator and softmax cores on a Cortex-M4 as T and d_osc vary, and of each builtin
     kernel at the default model's shapes on its DSP path and its portable path (estimated)."""
     from .bench.estimate import core_scaling, kernel_cycles, stream_cycles
-    rows = core_scaling(cfg.bench.scaling_tokens, cfg.bench.scaling_d_osc, work_dir=folder / "build")
+    from .models.kws import resolve
+    osc = resolve(model_of_kind(cfg.model, "oscillator"))  # the linear core at the shipped oscillator's heads
+    rows = core_scaling(cfg.bench.scaling_tokens, cfg.bench.scaling_d_osc, work_dir=folder / "build",
+                        linear_heads=(osc.heads, osc.d_model // osc.heads))
     kernels = [{k: v for k, v in row.items() if k != "output"} for row in kernel_cycles(work_dir=folder / "build")]
     stream = stream_cycles(windows=cfg.bench.stream_windows, hop_ms=cfg.bench.hop_ms, work_dir=folder / "build",
                            model=cfg.model) if cfg.model.form == "linear" else []

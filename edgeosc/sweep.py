@@ -22,7 +22,8 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
-from .config import NOT_OSCILLATOR, DataConfig, FeatureConfig, ModelConfig, TrainConfig, from_dict, to_dict
+from .config import (NOT_OSCILLATOR, DataConfig, FeatureConfig, ModelConfig, TrainConfig, from_dict, to_dict,
+                     with_dataset_defaults)
 from .io import atomic_path, save_figure, write_json
 
 SECTIONS = {"data": DataConfig, "features": FeatureConfig, "model": ModelConfig, "train": TrainConfig}
@@ -65,6 +66,7 @@ def expand(base: dict, grid: dict) -> list[tuple[str, dict]]:
         for key, value in zip(keys, values):
             section, _, name = key.partition(".")
             sections[section][name] = value
+        sections["features"] = with_dataset_defaults(sections["data"], sections["model"], sections["features"])
         for section, name in (("data", "data_dir"), ("train", "init_from")):  # recorded paths: absolute
             if sections[section].get(name):
                 sections[section][name] = str(Path(sections[section][name]).resolve())

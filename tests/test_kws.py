@@ -32,7 +32,7 @@ def test_every_kind_has_every_size_growing_in_order(attention):
 
 def test_oscillator_and_softmax_networks_differ_only_in_attention():
     osc = build_model(ModelConfig(attention="oscillator", size="small"))
-    soft = build_model(ModelConfig(attention="softmax", size="small"))
+    soft = build_model(ModelConfig(attention="softmax", size="small", heads=osc.cfg.heads))  # at the same heads
     extra = count_parameters(osc) - count_parameters(soft)
     cfg = osc.cfg
     # anchors R and the key gate K only

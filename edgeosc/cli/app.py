@@ -90,6 +90,8 @@ TRAIN_FLAGS = DATA_FLAGS + [
      "attention; its features default to MLPerf's 49 x 10 MFCC)"),
     ("--size", "model.size", "tiny / small / base: about 0.5x / 1x / 3x the MACs (small: ~23k parameters); "
      "medium: ~170k"),
+    ("--d-head", "model.d_head", "The whole-clip oscillator's head width: heads = d_model / d_head (0: the size "
+     "preset's heads, d_h 8)"),
     ("--d-osc", "model.d_osc", "Oscillator dimension"),
     ("--p", "model.p", "Readout sharpening power"),
     ("--positive", "model.positive", "Positive map of the coupling weights"),
@@ -109,8 +111,9 @@ TRAIN_FLAGS = DATA_FLAGS + [
      "head's scores (ALiBi's relative position); off: the causal stem is its only position signal"),
     ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands; >0: that many MFCCs"),
     ("--normalize", "features.normalize", "Per-clip mean subtraction of the features: over every frame "
-     "(utterance) or over the frames within 30 dB of the clip's loudest (active: for recordings padded with "
-     "silence); what a stream can compute: running (each frame less the mean of the second up to it) or none"),
+     "(utterance; the synthetic set's default) or over the frames within 30 dB of the clip's loudest (active: for "
+     "recordings padded with silence, FSDD's default); what a stream can compute: running (each frame less the mean "
+     "of the second up to it) or none"),
     ("--floor-db", "features.floor_db", "Floor the log-mels this many dB below each clip's peak (0: off), so "
      "digital-silence padding looks like a quiet noise floor"),
     ("--epochs", "train.epochs", f"Training epochs (--qat: default {QAT_EPOCHS}; 0: PTQ only)"),

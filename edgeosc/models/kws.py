@@ -16,24 +16,32 @@ from ..config import ModelConfig
 from .attention import Hooked, KuramotoBlock, OscillatorAttention, SoftmaxAttention
 
 # name -> (d_model, heads, blocks); small <= 30k parameters, medium ~100-200k (tests check both). tiny, small and base
-# span about 0.5x to 3x the small model's MACs at d_head 8 (the kernels' unrolled head): the accuracy-per-joule
-# curve's axis (docs/results.md#accuracy-per-joule)
+# span about 0.5x to 3x the small model's MACs at d_head 8 (the kernels' wide unrolled head): the accuracy-per-joule
+# curve's axis (docs/results.md#accuracy-per-joule). The whole-clip oscillator takes twice the heads (its d_head 4,
+# ModelConfig.d_head, the kernels' narrow unrolled head).
 SIZES = {"tiny": (24, 3, 2), "small": (32, 4, 2), "base": (48, 6, 3), "medium": (80, 4, 3)}
-# small / medium: 22,774 / 168,261 parameters against softmax's 22,996 / 170,984
+# small / medium: 24,588 / 185,612 parameters (the oscillator) against softmax's 22,996 / 170,984
 KURAMOTO_WIDTH = {"tiny": 22, "small": 30, "base": 46, "medium": 78}
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:
-    """Fill the dims left at 0 from the size preset (DS-CNN: its own presets, dscnn.SIZES)."""
+    """Fill the dims left at 0 from the size preset (DS-CNN: its own presets, dscnn.SIZES); the whole-clip
+    oscillator's heads from its d_head (docs/results.md#eight-narrow-heads: twice the preset's heads at the same
+    width; the streaming oscillator keeps the preset's, where its detector was measured)."""
     if cfg.attention == "ds-cnn":
         from .dscnn import resolve as resolve_dscnn
         return resolve_dscnn(cfg)
     if cfg.size not in SIZES:
         raise ValueError(f"unknown model size {cfg.size!r}; choose from {sorted(SIZES)}")
     d, h, b = SIZES[cfg.size]
+    d = cfg.d_model or d
+    if cfg.attention == "oscillator" and cfg.d_head and not cfg.window:
+        if d % cfg.d_head:
+            raise ValueError(f"d_model {d} is not a multiple of the oscillator's d_head {cfg.d_head}")
+        h = d // cfg.d_head
     if cfg.attention == "kuramoto":  # k phases for the transformer's parameter count (angle map, linear readout)
-        d = KURAMOTO_WIDTH[cfg.size]
-    return dataclasses.replace(cfg, d_model=cfg.d_model or d, heads=cfg.heads or h, blocks=cfg.blocks or b)
+        d = cfg.d_model or KURAMOTO_WIDTH[cfg.size]
+    return dataclasses.replace(cfg, d_model=d, heads=cfg.heads or h, blocks=cfg.blocks or b)
 
 
 # Named points outside the attention layers, seen by a `quant(name, x)` hook like the cores' (attention.py):

@@ -287,20 +287,20 @@ static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLine
   t->fits = readout_terms(key, t->u, pp);
 }
 
-/* The head the models run (edgeosc_attention_fast.h: EDGEOSC_LINEAR_D8_P) */
-static int default_head(const EdgeoscLinearParams *p) {
+/* The wide head: d_head = d_value = 8 at EDGEOSC_LINEAR_D8_P (edgeosc_attention_fast.h), the streaming oscillator's */
+static int wide_head(const EdgeoscLinearParams *p) {
   return p->d_head == 8 && p->d_value == 8 && p->p == EDGEOSC_LINEAR_D8_P;
 }
 
-/* The narrow head: d_head = d_value = 4 at the default head's power (a model of twice the heads at the same width),
- * unrolled as the default head is (in C where the default head has assembly) */
+/* The narrow head: d_head = d_value = 4 at the wide head's power, the whole-clip oscillator's (twice the heads at the
+ * same width), unrolled as the wide head is (in C where the wide head has assembly) */
 static int narrow_head(const EdgeoscLinearParams *p) {
   return p->d_head == 4 && p->d_value == 4 && p->p == EDGEOSC_LINEAR_D8_P;
 }
 
 /* A key's terms (key_terms_of), unrolled for the default and the narrow head */
 static void key_terms(const EdgeoscLinearParams *p, const EdgeoscLinearKey *key, const int8_t *any_v, KeyTerms *t) {
-  if (default_head(p))
+  if (wide_head(p))
     key_terms_of(p, key, any_v, t, 8, EDGEOSC_LINEAR_D8_P);
   else if (narrow_head(p))
     key_terms_of(p, key, any_v, t, 4, EDGEOSC_LINEAR_D8_P);
@@ -629,7 +629,7 @@ int edgeosc_linear_stream_int8(const EdgeoscLinearParams *p, const int8_t *q, co
         expired.gate = g ? keep[dh + dv + 2] - p->zp_g : 256, expired.sign = -1;
       }
       edgeosc_linear_step(p, state, &key, held == W ? &expired : NULL, qh + (size_t)i * dh, oh + (size_t)i * dv);
-      if (dh == 8 && dv == 8) { /* the default head: constant lengths, the copies unrolled */
+      if (dh == 8 && dv == 8) { /* the wide head: constant lengths, the copies unrolled */
         edgeosc_copy_bytes(keep, key.k, 8);
         edgeosc_copy_bytes(keep + 8, key.v, 8);
       } else {

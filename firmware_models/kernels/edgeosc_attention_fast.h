@@ -7,9 +7,9 @@
  *   dsp/edgeosc_attention_dsp.c    the L2 norms (a row's, the linear core's z), the softmax row on its exp table, a
  *                                  row of q k^T scores (d_head 8 apart), the mix a v (its pair loop in assembly:
  *                                  edgeosc_attention_dsp.S)
- *   dsp/edgeosc_linear_dsp.c       the linear core: the default head's update, query and stream step from tables of
- *                                  int16 pairs (in assembly: edgeosc_linear_dsp.S), other heads in one pass over
- *                                  the state, the division
+ *   dsp/edgeosc_linear_dsp.c       the linear core: the unrolled heads' update, query and stream step from tables
+ *                                  of int16 pairs (the wide head's in assembly: edgeosc_linear_dsp.S), other heads
+ *                                  in one pass over the state, the division
  *   neon/edgeosc_attention_neon.c  the scores and the mix, the linear core's update and query on AArch64
  * Each returns 1 where it computed the result and 0 where the reference loops must; the linear core's NEON steps,
  * which run inside the portable loops, return the index those loops go on from. edgeosc_attention.c compiles them
@@ -23,9 +23,9 @@
 
 static int8_t clamp8(int32_t y);
 
-/* The unrolled heads: the default head, d_head = d_value = 8 at the shipped readout power (EDGEOSC_LINEAR_D8_P,
+/* The unrolled heads: the wide head, d_head = d_value = 8 at the shipped readout power (EDGEOSC_LINEAR_D8_P,
  * edgeosc_variant.h), and the narrow head (4 at that power): their key terms unrolled, on the DSP path their update,
- * query and step too (dsp/edgeosc_linear_dsp.c, one table layout per width; the default head's loops in assembly,
+ * query and step too (dsp/edgeosc_linear_dsp.c, one table layout per width; the wide head's loops in assembly,
  * dsp/edgeosc_linear_dsp.S, for p 4, 6 or 8); other heads take the general loops */
 
 /* A key's terms with its sign folded in: K = k - zp_k, r, and the readout rows' coefficients u (the gate times
@@ -39,8 +39,9 @@ typedef struct {
 /* A key's readout coefficients u[0..2p] (KeyTerms.u); returns whether u[1..2p] fit int16. */
 static inline __attribute__((always_inline)) int readout_terms(const EdgeoscLinearKey *key, int32_t *u, const int pp);
 
-/* The head the models run (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P), and the narrow one (4, the same p) */
-static int default_head(const EdgeoscLinearParams *p);
+/* The wide head (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P: the streaming oscillator's) and the narrow one (4, the
+ * same p: the whole-clip oscillator's) */
+static int wide_head(const EdgeoscLinearParams *p);
 static int narrow_head(const EdgeoscLinearParams *p);
 
 /* The readout's coefficients 2^p a_m [1, cos m t, sin m t] (Q15) of z = h / |h|, for p = pp or the head's p */

@@ -40,8 +40,9 @@
 #define EDGEOSC_NEON 0
 #endif
 
-/* The default head's readout power p (d_head = d_value = 8; config.SHIPPED_OSCILLATOR's p), which its unrolled path
- * is built for (edgeosc_attention_fast.h; dsp/edgeosc_linear_dsp.c and .S: the assembly takes p 4, 6 or 8) */
+/* The unrolled heads' readout power p (the wide head, d_head = d_value = 8, and the narrow one, 4; ModelConfig's p),
+ * which their unrolled paths are built for (edgeosc_attention_fast.h; dsp/edgeosc_linear_dsp.c and .S: the assembly
+ * takes p 4, 6 or 8) */
 #ifndef EDGEOSC_LINEAR_D8_P
 #define EDGEOSC_LINEAR_D8_P 4
 #endif

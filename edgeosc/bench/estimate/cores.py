@@ -25,8 +25,9 @@ def _core_elf(core: str, work: Path, flags: Sequence[str]) -> Path:
 
 def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequence[int] = (2, 4, 8, 16),
                  core: str = "cortex-m4", heads: int = 4, d_head: int = 8, work_dir: str | Path | None = None,
-                 seed: int = 0, flags: Sequence[str] = CFLAGS) -> list[dict]:
-    """Cycles of one call of the fused oscillator cores vs the fused softmax core ([H, T, d_head] q, k, v).
+                 seed: int = 0, flags: Sequence[str] = CFLAGS, linear_heads: tuple[int, int] = (8, 4)) -> list[dict]:
+    """Cycles of one call of the fused oscillator cores vs the fused softmax core ([H, T, d_head] q, k, v; the linear
+    core's heads and d_head: linear_heads, the whole-clip oscillator's twice the heads at the same width).
 
     One row per (T, d_osc): the direct oscillator core's cycles, the softmax core's with its exp table (what the
     generated firmware runs) and with the fixed-point exp per element, their ratios, MACs (qk, h, zr, the
@@ -59,12 +60,14 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
         sm_lut = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 1], bufs, want)
         sm_fixed = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 0], bufs, want)
         sm_macs = heads * T * T * 2 * d_head
+        lh, ld = linear_heads
+        x = layer_inputs(T, 1, lh, ld, seed)
         want = L.linear_core_int8(x["lin"], x["q"], x["k"], x["v"], x["r2"], x["g"])
-        lin_words = L.linear_state_words(d_head, d_head, 4)
+        lin_words = L.linear_state_words(ld, ld, 4)
         bufs = dict(p=for_target(x["lin_p"], core), q=x["q"], k=x["k"], v=x["v"], r=x["r2"], g=x["g"],
                     out=np.zeros_like(x["v"]), state=np.zeros(lin_words, np.int32))
         lin = run("edgeosc_bench_linear", ATTENTION[3], ["p", "q", "k", "v", "r", "g", "out", "state"], bufs, want)
-        lin_macs = heads * T * 2 * lin_words  # a MAC per state word and key (update), and per query
+        lin_macs = lh * T * 2 * lin_words  # a MAC per state word and key (update), and per query
         for d_osc in d_osc_values:
             x = layer_inputs(T, d_osc, heads, d_head, seed)
             want = R.oscillator_core_int8(x["osc"], x["q"], x["k"], x["v"], x["r"])
@@ -78,6 +81,7 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
                 oscillator_cycles=osc, softmax_cycles=sm_lut, softmax_fixedpoint_cycles=sm_fixed,
                 ratio=osc / sm_lut, ratio_fixedpoint=osc / sm_fixed,
                 oscillator_linear_cycles=lin, ratio_linear=lin / sm_lut, oscillator_linear_macs=lin_macs,
+                linear_heads=lh, linear_d_head=ld,
                 oscillator_macs=osc_macs, softmax_macs=sm_macs,
                 oscillator_cycles_per_mac=osc / osc_macs, softmax_cycles_per_mac=sm_lut / sm_macs,
                 oscillator_latency_ms=D.latency_ms(osc, dev), softmax_latency_ms=D.latency_ms(sm_lut, dev),

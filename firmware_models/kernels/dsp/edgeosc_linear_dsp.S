@@ -6,7 +6,7 @@
 #include "edgeosc_asm.h"
 
 #if EDGEOSC_ASM_SOURCES
-#define NR (2 * EDGEOSC_LINEAR_D8_P + 1)        /* the default head's readout rows (EDGEOSC_LINEAR_ROWS) */
+#define NR (2 * EDGEOSC_LINEAR_D8_P + 1)        /* the wide head's readout rows (EDGEOSC_LINEAR_ROWS) */
 #define COUPLING_SENTINEL 0x80008000            /* (K'_a, K'_b) = (-2^15, -2^15): no key's (|K| <= 255) */
 #define READOUT_SENTINEL 0x80000000             /* no beta's (|beta| < 2^30 for p <= 8) */
 
@@ -131,7 +131,7 @@
   pop {r0, r4-r11, pc}
   .size edgeosc_readout_pairs_step_asm, . - edgeosc_readout_pairs_step_asm
 
-/* ---- the default head's query: straight through, runs of loads (LDM, or LDR after LDR, one cycle a word after the
+/* ---- the wide head's query: straight through, runs of loads (LDM, or LDR after LDR, one cycle a word after the
  * first) then SMLAL, which gcc's own scheduling spreads apart ------------------------------------------------------ */
 
 /* void edgeosc_coupling_d8_asm(const int32_t *sc, const int32_t *w, int64_t *h): h (int64[2]) += sum_f w[f] (sc[2f],
@@ -182,7 +182,7 @@
   pop {r4-r11, pc}
   .size edgeosc_readout_d8_asm, . - edgeosc_readout_d8_asm
 
-/* ---- the default head's update and stream step, every state word loaded, summed and stored once, with the pairs each
+/* ---- the wide head's update and stream step, every state word loaded, summed and stored once, with the pairs each
  * word takes held in registers (gcc spills them). The update table t (dsp/edgeosc_linear_dsp.c UPDATE_*): K'_0..K'_8
  * at word 0, x0 at 9, x1 at 18, the readout columns' (V_a, V_b) at 27, the rows' (u_a, u_b) at 36. --------------- */
 
@@ -253,7 +253,7 @@
  * in r2-r10, column by column, row 0's halved u doubled; then the rows past 8, if any (p 6 or 8): a second pass over
  * the columns, u_9.. in r2-r5 or r2-r9 */
 #if NR != 9 && NR != 13 && NR != 17
-#error "the default head's assembly takes p 4, 6 or 8 (EDGEOSC_LINEAR_D8_P)"
+#error "the wide head's assembly takes p 4, 6 or 8 (EDGEOSC_LINEAR_D8_P)"
 #endif
   edgeosc_function edgeosc_update_readout_d8_asm
   push {r4-r11, lr}

@@ -1,7 +1,7 @@
 /* The linear oscillator core on the DSP path (Armv7E-M / Armv8-M with the DSP extension): the unrolled heads'
- * update, query and stream step from tables of int16 pairs (the default head's in Thumb-2 assembly under EDGEOSC_ASM:
- * the functions of edgeosc_linear_dsp.S, declared here beside the tables they read; their C twins otherwise), other heads in
- * one pass over the state, and the division by the denominator. The same integers as the reference loops of
+ * update, query and stream step from tables of int16 pairs (the wide head's in Thumb-2 assembly under EDGEOSC_ASM:
+ * the functions of edgeosc_linear_dsp.S, declared here beside the tables they read; their C twins otherwise), other
+ * heads in one pass over the state, and the division by the denominator. The same integers as the reference loops of
  * edgeosc_attention.c (linear_update_portable, linear_query_portable), bit for bit.
  * Compiled inside edgeosc_attention.c (it includes this file), not alone. */
 #include "edgeosc_attention_fast.h"
@@ -170,11 +170,11 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
   if (query) divided_row(&div, num, dv, out);
 }
 
-/* The unrolled heads on the DSP path: the default head (d_head = d_value = 8) and the narrow one (4), both at
+/* The unrolled heads on the DSP path: the wide head (d_head = d_value = 8) and the narrow one (4), both at
  * p = EDGEOSC_LINEAR_D8_P (NR rows); `dh` is a constant at every call (always_inline specialises each width).
  * A query alone: the portable query's sums, the coupling's features after (0, 0) each one weight (a table: 2 c1 Q_a,
  * then per row 2 Q_a^2 and 4 Q_a Q_b) times its two words, the readout's dh + 1 columns, the division by
- * divided_row. Under EDGEOSC_ASM the default head runs both loops in Thumb-2 assembly (edgeosc_linear_dsp.S),
+ * divided_row. Under EDGEOSC_ASM the wide head runs both loops in Thumb-2 assembly (edgeosc_linear_dsp.S),
  * straight through: runs of loads (LDM, or LDR after LDR, one cycle a word after the first) then SMLAL, which gcc's
  * own scheduling spreads apart; the narrow head's loops, a third the size, stay in C. */
 #define DH_MAX 8
@@ -182,7 +182,7 @@ static inline __attribute__((always_inline)) void linear_pass(const EdgeoscLinea
 #define FEATURES(dh) (EDGEOSC_LINEAR_COUPLING(dh) - 1)
 
 #if EDGEOSC_ASM
-/* In edgeosc_linear_dsp.S, for the default head. h (int64[2]) += sum_f w[f] (sc[2f], sc[2f + 1]) over the 44
+/* In edgeosc_linear_dsp.S, for the wide head. h (int64[2]) += sum_f w[f] (sc[2f], sc[2f + 1]) over the 44
  * features */
 void edgeosc_coupling_d8_asm(const int32_t *sc, const int32_t *w, int64_t *h);
 /* num[d] = sum_m beta[m] col_d[m] for the nine columns of the readout's NR rows (stride 9 words) */
@@ -266,7 +266,7 @@ static inline __attribute__((always_inline)) void unrolled_query(const EdgeoscLi
 #define UPDATE_WORDS(dh) (4 * ((dh) + 1) + NR)
 
 #if EDGEOSC_ASM
-/* In edgeosc_linear_dsp.S, for the default head: the update's sums, every state word loaded, summed and stored once,
+/* In edgeosc_linear_dsp.S, for the wide head: the update's sums, every state word loaded, summed and stored once,
  * with the pairs each word takes held in registers (gcc spills them): the coupling's, then the readout's (sr: the
  * readout rows) */
 void edgeosc_update_coupling_d8_asm(int32_t *state, const int32_t *t);
@@ -358,7 +358,7 @@ static inline __attribute__((always_inline)) void update_sums(int32_t *state, co
 }
 
 /* A stream's step on an unrolled head from its update table: the update then query q (out [dh]); in assembly, for the
- * default head, the coupling's update and the query's sums in one pass */
+ * wide head, the coupling's update and the query's sums in one pass */
 static inline __attribute__((always_inline)) void unrolled_step(const EdgeoscLinearParams *p, int32_t *state,
                                                                 const int32_t *t, const int8_t *q, int8_t *out,
                                                                 const int dh) {
@@ -384,7 +384,7 @@ static inline __attribute__((always_inline)) void unrolled_step(const EdgeoscLin
 static inline int linear_update_unrolled_dsp(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
                                              const EdgeoscLinearKey *b) {
   int32_t t[UPDATE_WORDS(DH_MAX)];
-  if (default_head(p) && update_table(p, a, b, t, 8))
+  if (wide_head(p) && update_table(p, a, b, t, 8))
     update_sums(state, t, 8);
   else if (narrow_head(p) && update_table(p, a, b, t, 4))
     update_sums(state, t, 4);
@@ -398,7 +398,7 @@ static inline int linear_update_unrolled_dsp(const EdgeoscLinearParams *p, int32
 static inline int linear_step_unrolled_dsp(const EdgeoscLinearParams *p, int32_t *state, const EdgeoscLinearKey *a,
                                            const EdgeoscLinearKey *b, const int8_t *q, int8_t *out) {
   int32_t t[UPDATE_WORDS(DH_MAX)];
-  if (default_head(p) && update_table(p, a, b, t, 8))
+  if (wide_head(p) && update_table(p, a, b, t, 8))
     unrolled_step(p, state, t, q, out, 8);
   else if (narrow_head(p) && update_table(p, a, b, t, 4))
     unrolled_step(p, state, t, q, out, 4);
@@ -409,7 +409,7 @@ static inline int linear_step_unrolled_dsp(const EdgeoscLinearParams *p, int32_t
 
 /* A query alone on an unrolled head; 0: another head (the portable query: the pass gains it nothing) */
 static inline int linear_query_dsp(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q, int8_t *out) {
-  if (default_head(p))
+  if (wide_head(p))
     unrolled_query(p, state, q, out, 8);
   else if (narrow_head(p))
     unrolled_query(p, state, q, out, 4);
@@ -426,8 +426,8 @@ static int dsp_pass(const EdgeoscLinearParams *p, const KeyTerms *ta, const KeyT
   return ta->fits && tb->fits && p->d_head <= DSP_MAX_D_HEAD && p->d_value <= DSP_MAX_D_HEAD;
 }
 
-/* Key terms ta and tb into the state in one pass (linear_pass), for the heads linear_update_unrolled_dsp does not take (the
- * default head's keys that failed there fail here too); 0: the portable loops */
+/* Key terms ta and tb into the state in one pass (linear_pass), for the heads linear_update_unrolled_dsp does not take
+ * (the unrolled heads' keys that failed there fail here too); 0: the portable loops */
 static inline int linear_update_dsp(const EdgeoscLinearParams *p, int32_t *state, const KeyTerms *ta,
                                     const KeyTerms *tb) {
   if (!dsp_pass(p, ta, tb)) return 0;
