@@ -221,3 +221,22 @@ def test_the_key_gate_is_the_oscillators_alone(tmp_path):
             models[stage.name] = stage.inputs["model"]
         stage = gen.send(dict(key=stage.name))
     assert models["train-oscillator"]["key_gate"] and not models["train-softmax"]["key_gate"]
+
+
+def test_fsdd_whole_clip_models_default_to_the_active_frame_mean(tmp_path):
+    """FSDD's whole-clip models, every kind and DS-CNN's MFCC input alike, take the active-frame mean unless normalize
+    is given; the synthetic set and streaming models keep theirs; sweeps resolve the same way."""
+    from edgeosc import sweep
+    fsdd = {"data.dataset": "fsdd", "data.data_dir": str(tmp_path)}
+    cfg = load_config(None, fsdd)
+    assert cfg.features.normalize == cfg.dscnn_features.normalize == "active" and cfg.dscnn_features.n_mfcc == 10
+    assert load_config(None, {**fsdd, "model.attention": "ds-cnn"}).features.normalize == "active"
+    assert load_config(None, {**fsdd, "features.normalize": "utterance"}).features.normalize == "utterance"
+    assert load_config(None, {**fsdd, "model.window": 49, "model.attention": "softmax"}).features.normalize == \
+        "utterance"
+    assert load_config(None, {}).features.normalize == "utterance"
+    data = {"dataset": "fsdd", "data_dir": str(tmp_path)}
+    runs = sweep.expand({"data": data}, {"model.attention": ["oscillator", "ds-cnn"]})
+    assert [cfgs["features"].normalize for _, cfgs in runs] == ["active", "active"]
+    base = {"data": data, "features": {"normalize": "utterance"}}
+    assert sweep.expand(base, {"train.seed": [0]})[0][1]["features"].normalize == "utterance"
