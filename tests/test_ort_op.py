@@ -27,7 +27,7 @@ except RuntimeError:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """A tiny untrained oscillator of the pipeline's kind (linear core, d_osc 2, key gate, p 4, d_h 8), QAT-calibrated
+    """A tiny untrained oscillator of the pipeline's kind (linear core, d_osc 2, key gate, p 4, d_h 4), QAT-calibrated
     and exported to ONNX (float.onnx, float_op.onnx, int8_qcdq.onnx, int8_qcdq_op.onnx); a feature batch."""
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.config import ExportConfig, FeatureConfig, ModelConfig, QuantConfig
@@ -164,11 +164,11 @@ def _inputs(rng, T, d_h, gate):
 SCALES = dict(q=0.03, k=0.04, v=0.02, r=1 / 128, z=1 / 128, out=0.01, r_raw=0.02, g_raw=0.03, g=0.02, gn=1 / 128)
 
 
-@pytest.mark.parametrize("d_h, p, gate", [(8, 4, True), (8, 4, False), (4, 2, True), (3, 8, False)])
+@pytest.mark.parametrize("d_h, p, gate", [(8, 4, True), (8, 4, False), (4, 4, True), (4, 2, True), (3, 8, False)])
 @pytest.mark.parametrize("quantized", [True, False])
 def test_the_bare_node_equals_the_torch_core(d_h, p, gate, quantized):
-    """The models' head (d_h 8, p 4: the unrolled path) and others, against the anchors' and gates' unit vectors,
-    oscillator_attention_linear and the heads merged (what trace.oscillator_heads computes)."""
+    """The models' heads (d_h 8 and 4, p 4: the unrolled paths) and others, against the anchors' and gates' unit
+    vectors, oscillator_attention_linear and the heads merged (what trace.oscillator_heads computes)."""
     from edgeosc.models.attention import oscillator_attention_linear, unit
 
     attrs = dict(p=p, eps=1e-6, d_osc=2, positive="taylor2", form="linear")

@@ -208,7 +208,7 @@ static inline __attribute__((always_inline)) void coupling_features(const float 
   load(x, dh, &row);
   phi->f[0] = 1.0f;
   for (a = 0; a < dh; ++a) phi->f[1 + a] = xs[a] = xs[a] * root;
-#pragma GCC unroll 8 /* straight-line code for the models' head (dh a constant 8) */
+#pragma GCC unroll 8 /* straight-line code for the models' heads (dh a constant 4 or 8) */
   for (a = 0; a < dh; ++a) {
     phi->f[f++] = xs[a] * xs[a] * SQRT_HALF;
 #pragma GCC unroll 8
@@ -264,7 +264,7 @@ static void gates(const Kernel *kn, float *g, size_t heads, size_t T) {
  * coupling's sums S = sum_j phi(k_j) r_j (columns S0, S1) and the readout's M = sum_j g_j psi(r_j) [v_j, 1]
  * (rows of d_v numerators, and Mden) over the keys, then each query against them. z = unit(phi(q)^T S) needs no
  * division by phi(q)^T sum_j phi(k_j), a positive factor (taylor2 >= 1/2), which the body leaves out as well.
- * Inlined with constant dh, dv and p for the models' head (head() below), which unrolls it. */
+ * Inlined with constant dh, dv and p for the models' heads (head() below), which unrolls them. */
 static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int T, const float *q, const float *k,
                                                           const float *v, const float *r, const float *g, float *out,
                                                           size_t stride, const int dh, const int dv, const int p) {
@@ -333,8 +333,10 @@ static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int 
 
 static void head(const Kernel *kn, int T, int dh, int dv, const float *q, const float *k, const float *v,
                  const float *r, const float *g, float *out, size_t stride) {
-  if (dh == 8 && dv == 8 && kn->p == 4) /* the pipeline's model: d_model 32, 4 heads, p 4 */
+  if (dh == 8 && dv == 8 && kn->p == 4) /* the wide head: d_model 32, 4 heads, p 4 (the streaming oscillator's) */
     head_of(kn, T, q, k, v, r, g, out, stride, 8, 8, 4);
+  else if (dh == 4 && dv == 4 && kn->p == 4) /* the narrow head: 8 heads at d_model 32 (the whole-clip oscillator's) */
+    head_of(kn, T, q, k, v, r, g, out, stride, 4, 4, 4);
   else
     head_of(kn, T, q, k, v, r, g, out, stride, dh, dv, kn->p);
 }
@@ -490,8 +492,10 @@ static OrtStatus *compute(void *kernel, OrtKernelContext *ctx) {
     if (!(q = (float *)malloc(rows * (size_t)(3 * dh + 3) * sizeof *q)))
       return api->CreateStatus(ORT_FAIL, "edgeosc_ort_op: out of memory");
     k = q + rows * dh, v = k + rows * dh, r = v + rows * dh, g = r + rows * 2;
-    if (dh == 8) /* the models' head: copies of a constant size, inlined */
+    if (dh == 8) /* the models' heads: copies of a constant size, inlined */
       split(x, (size_t)dims[0], (size_t)T, (size_t)H, 8, kn->gate_map, q, k, v, r, g);
+    else if (dh == 4)
+      split(x, (size_t)dims[0], (size_t)T, (size_t)H, 4, kn->gate_map, q, k, v, r, g);
     else
       split(x, (size_t)dims[0], (size_t)T, (size_t)H, (size_t)dh, kn->gate_map, q, k, v, r, g);
     point_array(kn, PQ, q, rows * dh), point_array(kn, PK, k, rows * dh), point_array(kn, PV, v, rows * dh);
