@@ -165,10 +165,11 @@ def _scaling_lines(r: dict) -> list[str]:
     sc = r.get("scaling")
     if not sc:
         return []
+    first = sc["rows"][0]  # rows of reports before 2026-12-07 price the linear core at 4 heads of d_h 8
     lines = ["", f"## Attention cores vs sequence length T and d_osc ({sc['core']}, estimated)", "",
-             f"One call of the fused core (softmax and the direct oscillator: {sc['rows'][0]['heads']} heads of d_h "
-             f"{sc['rows'][0]['d_head']}; the linear core: the shipped oscillator's {sc['rows'][0].get('linear_heads', 4)} "
-             f"heads of d_h {sc['rows'][0].get('linear_d_head', 8)}); softmax with its exp table as the firmware runs it. "
+             f"One call of the fused core (softmax and the direct oscillator: {first['heads']} heads of d_h "
+             f"{first['d_head']}; the linear core: the shipped oscillator's {first.get('linear_heads', 4)} heads "
+             f"of d_h {first.get('linear_d_head', 8)}); softmax with its exp table as the firmware runs it. "
              "The linear core (d_osc 2, p 4, key gate; docs/maths.md#integer-linear-core) does the same work per token "
              "whatever T; its columns are on the d_osc 2 rows.", "",
              "| T | d_osc | direct oscillator cycles | linear oscillator cycles | softmax cycles | direct / softmax | "

@@ -26,8 +26,9 @@ KURAMOTO_WIDTH = {"tiny": 22, "small": 30, "base": 46, "medium": 78}
 
 def resolve(cfg: ModelConfig) -> ModelConfig:
     """Fill the dims left at 0 from the size preset (DS-CNN: its own presets, dscnn.SIZES); the whole-clip
-    oscillator's heads from its d_head (docs/results.md#eight-narrow-heads: twice the preset's heads at the same
-    width; the streaming oscillator keeps the preset's, where its detector was measured)."""
+    oscillator's heads from its d_head (twice the preset's heads at the same width, docs/notebook.md#the-oscillators-
+    defaults-eight-heads-of-d_h-4-and-fsdds-active-frame-mean; the streaming oscillator keeps the preset's, where its
+    detector was measured)."""
     if cfg.attention == "ds-cnn":
         from .dscnn import resolve as resolve_dscnn
         return resolve_dscnn(cfg)

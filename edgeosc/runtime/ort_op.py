@@ -24,8 +24,8 @@ if TYPE_CHECKING:  # onnx itself only where a model is looked at: building the l
 
 DOMAIN, OP, VERSION = "ai.edgeosc", "OscillatorAttention", 2
 GLUE = ORT_OP / "edgeosc_ort_op.c"
-# -O3 unrolls the models' heads (d_h 4 and 8) and vectorizes their sums; no contraction into FMA, whose single rounding
-# would move the float32 products off onnxruntime's
+# -O3 unrolls the models' heads (d_h 4 and 8) and vectorizes their sums; no contraction into FMA, whose single
+# rounding would move the float32 products off onnxruntime's
 FLAGS = ("-O3", "-ffp-contract=off")
 MIN_ONNXRUNTIME = (1, 16)  # C API version 16: CreateKernelV2 / KernelComputeV2 (the library asks for it)
 POINTS = ("q", "k", "v", "r", "z", "out")  # the linear core's quantization points (attention.LINEAR_POINTS)
