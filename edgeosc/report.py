@@ -258,6 +258,11 @@ def markdown(r: dict) -> str:
             stack = (((r["models"][k]["estimate"] or {}).get("targets") or {}).get("cortex-m4") or {}).get("stack_bytes")
             lines.append(f"| {k} | {f['const_bytes'] + f['param_bytes']} | {f['arena_bytes']} | "
                          f"{'-' if stack is None else stack} | {f['calls']} |")
+        for k, f in fw.items():
+            if f.get("slow_layers"):
+                lines += ["", f"{k}: the trained scales keep layers off their fast kernels ("
+                          + "; ".join(f"{n}: {why}" for n, why in f["slow_layers"].items())
+                          + "): its estimates are above its kernels' full care."]
     lines += ["", "## Parity of the exports (measured)", "",
               "The int8 .tflite against the QAT model in output LSBs (logits are int8); top-1 = same class as QAT.", "",
               "| model | interpreter | top-1 agreement | mean LSB | max LSB |", "|---|---|---|---|---|"]

@@ -15,14 +15,16 @@ from edgeosc.export.tflite.builder import TFLiteBuilder
 ALL = runtime.available_interpreters()
 
 
-def ds_block(rng, multiplier: int = 1, padding: str = "SAME") -> bytes:
-    """10x4 stride-2 stem, a depthwise-separable block, average pooling, a 12-way classifier (int8)."""
+def ds_block(rng, multiplier: int = 1, padding: str = "SAME", loud: float = 1.0) -> bytes:
+    """10x4 stride-2 stem, a depthwise-separable block, average pooling, a 12-way classifier (int8); the depthwise
+    weights of channel 0 times `loud`."""
     tb = TFLiteBuilder()
     x = tb.input("x", [1, 49, 10, 1], np.int8, 0.05, 3)
     w = tb.int8_weights("stem/w", rng.uniform(-1, 1, (8, 10, 4, 1)) * 0.3, axis=0)
     c = tb.conv_2d(x, w, tb.int32_bias("stem/b", rng.uniform(-1, 1, 8), 0.05, tb.quant(w)[0]), stride=2,
                    act="relu", q=(0.04, -128), name="stem")
-    dw = tb.int8_weights("dw/w", rng.uniform(-1, 1, (1, 3, 3, 8 * multiplier)) * 0.5, axis=3)
+    dw = tb.int8_weights("dw/w", rng.uniform(-1, 1, (1, 3, 3, 8 * multiplier)) * 0.5 * np.r_[loud, np.ones(
+        8 * multiplier - 1)], axis=3)
     d = tb.depthwise_conv_2d(c, dw, tb.int32_bias("dw/b", rng.uniform(-1, 1, 8 * multiplier), 0.04, tb.quant(dw)[0]),
                              padding=padding, act="relu", q=(0.03, -128), name="dw")
     pw = tb.int8_weights("pw/w", rng.uniform(-1, 1, (8, 1, 1, 8 * multiplier)) * 0.5, axis=0)
@@ -68,6 +70,19 @@ def test_firmware_equals_tflite_micro_bit_for_bit(block):
     got = host_logits(root / "ds", "ds", x.reshape(len(x), -1), root / "work")
     assert got.shape == want.shape == (128, 12)
     np.testing.assert_array_equal(got, want)
+
+
+def test_firmware_names_the_layers_its_scales_keep_off_the_fast_kernels(tmp_path):
+    """A depthwise channel whose weights' scale is large against the output's: at a requantization shift of -1 the
+    layer leaves the 3 x 3 planes (their rounding needs 2 or more), at 0 (a multiplier of 0.5 or more) the DSP path's
+    exact range too. firmware.json names the layer and why, which the report shows."""
+    def slow(loud):
+        path = tmp_path / f"ds{loud}.tflite"
+        path.write_bytes(ds_block(np.random.default_rng(0), loud=loud))
+        return generate(path, tmp_path / f"ds{loud}", features=None)["slow_layers"]
+    assert slow(1.0) == {}
+    assert slow(100.0) == {"dw": "off the depthwise 3 x 3 planes"}  # channel 0: 0.04 x 0.39 / 0.03 = 0.499
+    assert slow(150.0) == {"dw": "a channel's requantization outside the DSP path's exact range"}  # 0.75
 
 
 def test_bad_depthwise_and_pool_graphs_are_refused():

@@ -367,9 +367,27 @@ def generate(tflite_path, out_dir, name: str | None = None, fuse: bool = True, *
     params = em.param_fields * POINTER_BYTES
     info = dict(name=name, source=str(path), sha256=hashlib.sha256(data).hexdigest(), fuse=fuse,
                 files=sorted(files), calls=len(calls), ops=len(g.ops), arena_bytes=em.arena,
-                const_bytes=em.const_bytes, param_bytes=params)
+                const_bytes=em.const_bytes, param_bytes=params, slow_layers=slow_layers(calls))
     write_json(out_dir / INFO, info)
     return dict(info, dir=out_dir)
+
+
+def slow_layers(calls: list[Call]) -> dict[str, str]:
+    """The layers that the trained scales keep off their fast kernels, label -> why: a per-channel requantization
+    outside the DSP path's exact range (a channel's shift outside -23..-1 or its multiplier below 2^30:
+    multipliers.dsp_requant) requantizes on the portable path; a depthwise layer off its 3 x 3 planes
+    (packing.depthwise3x3_packs) takes the tap-by-tap loop. Such a model's estimate is above its kernels' full care."""
+    slow = {}
+    for c in calls:
+        for a in c.args:
+            if not isinstance(a, Struct):
+                continue
+            rq = a.fields.get("rq")
+            if isinstance(rq, Struct) and "dsp" in rq.fields and rq.fields["dsp"] is None:
+                slow[c.label] = "a channel's requantization outside the DSP path's exact range"
+            elif c.fn == "edgeosc_depthwise_conv_int8" and "packed" not in a.fields:
+                slow[c.label] = "off the depthwise 3 x 3 planes"
+    return slow
 
 
 def export(ckpt: Checkpoint, cfg: ExportConfig, out_dir: str | Path) -> Path:
