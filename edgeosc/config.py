@@ -132,9 +132,8 @@ MLPERF_FEATURES = FeatureConfig(n_mels=40, n_mfcc=10, f_min=20.0, f_max=4000.0)
 # table serves several kinds (the pipeline, sweeps), its oscillator settings applying to the oscillator only.
 NOT_OSCILLATOR = dict(d_osc=2, p=4, positive="taylor2", anchors="projected", key_gate=False, gate_map="", form="direct",
                       rotate_anchors=True, d_head=0)
-# The direct core of the earlier reports (T x T passes, d_osc 8, relu2, no key gate, the preset's 4 heads of d_h 8):
-# ModelConfig(**DIRECT_OSCILLATOR)
-DIRECT_OSCILLATOR = dict(d_osc=8, positive="relu2", key_gate=False, form="direct", d_head=0)
+# The direct core of the earlier reports (T x T passes, d_osc 8, relu2, no key gate): ModelConfig(**DIRECT_OSCILLATOR)
+DIRECT_OSCILLATOR = dict(d_osc=8, positive="relu2", key_gate=False, form="direct")
 
 
 def model_of_kind(model: "ModelConfig", kind: str) -> "ModelConfig":
@@ -154,10 +153,10 @@ class ModelConfig:
     n_frames: int = 49
     n_coeffs: int = 40
     d_model: int = 0  # 0: the size preset's value
-    heads: int = 0  # 0: d_model / d_head for the whole-clip oscillator, else the size preset's value
+    heads: int = 0  # 0: the size preset's value (the whole-clip oscillator's: d_model / d_head where d_head > 0)
     blocks: int = 0
     # the oscillator's settings; what each is worth: docs/results.md#levers
-    d_head: int = 4  # the whole-clip oscillator's head width (twice the preset's heads); 0: the preset's heads (d_h 8)
+    d_head: int = 0  # > 0: the whole-clip oscillator's head width, heads = d_model / d_head; 0: the preset's heads
     d_osc: int = 2
     p: int = 4
     positive: str = "taylor2"

@@ -165,11 +165,13 @@ def _scaling_lines(r: dict) -> list[str]:
     sc = r.get("scaling")
     if not sc:
         return []
-    first = sc["rows"][0]  # rows of reports before 2026-12-07 price the linear core at 4 heads of d_h 8
+    first = sc["rows"][0]
+    shape = (first["heads"], first["d_head"])
+    linear = (first.get("linear_heads", shape[0]), first.get("linear_d_head", shape[1]))  # the shipped oscillator's
     lines = ["", f"## Attention cores vs sequence length T and d_osc ({sc['core']}, estimated)", "",
-             f"One call of the fused core (softmax and the direct oscillator: {first['heads']} heads of d_h "
-             f"{first['d_head']}; the linear core: the shipped oscillator's {first.get('linear_heads', 4)} heads "
-             f"of d_h {first.get('linear_d_head', 8)}); softmax with its exp table as the firmware runs it. "
+             f"One call of the fused core ({shape[0]} heads, d_h {shape[1]}"
+             + (f"; the linear core at the shipped oscillator's {linear[0]} heads of d_h {linear[1]}" if linear != shape
+                else "") + "); softmax with its exp table as the firmware runs it. "
              "The linear core (d_osc 2, p 4, key gate; docs/maths.md#integer-linear-core) does the same work per token "
              "whatever T; its columns are on the d_osc 2 rows.", "",
              "| T | d_osc | direct oscillator cycles | linear oscillator cycles | softmax cycles | direct / softmax | "

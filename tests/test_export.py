@@ -194,8 +194,7 @@ def test_linear_model_exports_with_its_integer_core(tmp_path):
     from edgeosc.bench.estimate import count_macs
     from edgeosc.integer.linear import linear_state_words
     macs = count_macs(out / "int8_custom.tflite")  # the linear core's MACs: per state word, a key's and a query's
-    # 2 blocks of 8 heads of d_h 4 (the default oscillator's)
-    assert macs["by_kind"]["EdgeOscAttention"] == macs["attention"] == 2 * 8 * 49 * 2 * linear_state_words(4, 4, 4)
+    assert macs["by_kind"]["EdgeOscAttention"] == macs["attention"] == 2 * 4 * 49 * 2 * linear_state_words(8, 8, 4)
     pytest.importorskip("tflite_runtime.interpreter")
     got = runtime.load(out / "int8_custom.tflite", "tflite-runtime", custom_ops=[custom_op.register]).run(x.numpy())
     assert np.abs(got - ref).max() <= 4 * lsb and (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.95

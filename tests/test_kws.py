@@ -47,16 +47,16 @@ def test_bad_config():
 
 
 def test_the_whole_clip_oscillator_takes_heads_of_its_d_head():
-    """Twice the preset's heads at the same width (d_head 4) for the whole-clip oscillator; d_head 0, the streaming
-    oscillator and the other kinds keep the preset's; a width it does not divide is refused."""
+    """d_head 4: twice the preset's heads at the same width for the whole-clip oscillator; d_head 0 (the default),
+    the streaming oscillator and the other kinds keep the preset's; a width it does not divide is refused."""
     from edgeosc.models.kws import SIZES, resolve
     for size, (d, h, _) in SIZES.items():
-        assert (resolve(ModelConfig(size=size)).heads, resolve(ModelConfig(size=size, d_head=0)).heads) == (d // 4, h)
-        assert resolve(ModelConfig(size=size, window=49)).heads == h
+        assert (resolve(ModelConfig(size=size)).heads, resolve(ModelConfig(size=size, d_head=4)).heads) == (h, d // 4)
+        assert resolve(ModelConfig(size=size, window=49, d_head=4)).heads == h
         assert resolve(ModelConfig(size=size, attention="softmax", d_head=4)).heads == h  # not its setting
-    assert resolve(ModelConfig(heads=2)).heads == 2 and resolve(ModelConfig(d_model=48)).heads == 12
+    assert resolve(ModelConfig(heads=2, d_head=4)).heads == 2 and resolve(ModelConfig(d_model=48, d_head=4)).heads == 12
     with pytest.raises(ValueError, match="not a multiple of the oscillator's d_head 5"):
-        resolve(ModelConfig(d_head=5))
+        resolve(ModelConfig(d_head=5))  # d_model 32
     with pytest.raises(ValueError, match="d_head >= 0"):
         ModelConfig(d_head=-1)
 

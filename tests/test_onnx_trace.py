@@ -60,9 +60,8 @@ def _qat_model(window=0):
 
 
 def test_projections_by_head_compute_the_same_values():
-    """The fused, head-major projection of a QAT layer gives the layers' outputs reordered: keys, values and anchors bit
-    for bit; the queries times the score scale and the gates (a GEMM one column a head wide, summed in another order
-    than the fused one's) to float32 rounding."""
+    """The fused, head-major projection of a QAT layer gives the layers' outputs reordered, the queries times the score
+    scale, to float32 rounding (a GEMM of another width may sum in another order, as the CPU's kernels choose)."""
     qat, x = _qat_model()
     attn, block = qat.net.blocks[0].attn, qat.net.blocks[0]
     seen = []
@@ -77,9 +76,8 @@ def test_projections_by_head_compute_the_same_values():
                  list(attn.qkv(n).chunk(3, -1)) + [attn.anchor(n), attn.gate(n)]]
         q = parts[0] * attn.log_scale.exp().reshape(attn.heads, 1)  # the score scale folded into the query rows
         assert torch.allclose(got[0], q, rtol=1e-6, atol=0) and not torch.allclose(got[0], parts[0])
-        for a, b in zip(got[1:4], parts[1:4]):
-            assert torch.equal(a, b)
-        assert torch.allclose(got[4], parts[4], rtol=1e-6, atol=1e-6)
+        for a, b in zip(got[1:], parts[1:]):
+            assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
 def test_onnx_files_are_few_ops_with_int8_projections(tmp_path):

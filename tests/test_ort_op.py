@@ -27,7 +27,7 @@ except RuntimeError:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """A tiny untrained oscillator of the pipeline's kind (linear core, d_osc 2, key gate, p 4, d_h 4), QAT-calibrated
+    """A tiny untrained oscillator of the pipeline's kind (linear core, d_osc 2, key gate, p 4, d_h 8), QAT-calibrated
     and exported to ONNX (float.onnx, float_op.onnx, int8_qcdq.onnx, int8_qcdq_op.onnx); a feature batch."""
     from edgeosc.checkpoint import Checkpoint
     from edgeosc.config import ExportConfig, FeatureConfig, ModelConfig, QuantConfig

@@ -90,8 +90,8 @@ TRAIN_FLAGS = DATA_FLAGS + [
      "attention; its features default to MLPerf's 49 x 10 MFCC)"),
     ("--size", "model.size", "tiny / small / base: about 0.5x / 1x / 3x the MACs (small: ~23k parameters); "
      "medium: ~170k"),
-    ("--d-head", "model.d_head", "The whole-clip oscillator's head width: heads = d_model / d_head (0: the size "
-     "preset's heads, d_h 8)"),
+    ("--d-head", "model.d_head", "The whole-clip oscillator's head width: heads = d_model / d_head (4: twice the "
+     "heads; 0: the size preset's, d_h 8)"),
     ("--d-osc", "model.d_osc", "Oscillator dimension"),
     ("--p", "model.p", "Readout sharpening power"),
     ("--positive", "model.positive", "Positive map of the coupling weights"),

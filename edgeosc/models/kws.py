@@ -17,18 +17,17 @@ from .attention import Hooked, KuramotoBlock, OscillatorAttention, SoftmaxAttent
 
 # name -> (d_model, heads, blocks); small <= 30k parameters, medium ~100-200k (tests check both). tiny, small and base
 # span about 0.5x to 3x the small model's MACs at d_head 8 (the kernels' wide unrolled head): the accuracy-per-joule
-# curve's axis (docs/results.md#accuracy-per-joule). The whole-clip oscillator takes twice the heads (its d_head 4,
-# ModelConfig.d_head, the kernels' narrow unrolled head).
+# curve's axis (docs/results.md#accuracy-per-joule). ModelConfig.d_head = 4 gives the whole-clip oscillator twice the
+# heads (the kernels' narrow unrolled head).
 SIZES = {"tiny": (24, 3, 2), "small": (32, 4, 2), "base": (48, 6, 3), "medium": (80, 4, 3)}
-# small / medium: 24,588 / 185,612 parameters (the oscillator) against softmax's 22,996 / 170,984
+# small / medium: 23,788 / 173,900 parameters (the oscillator) against softmax's 22,996 / 170,984
 KURAMOTO_WIDTH = {"tiny": 22, "small": 30, "base": 46, "medium": 78}
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:
-    """Fill the dims left at 0 from the size preset (DS-CNN: its own presets, dscnn.SIZES); the whole-clip
-    oscillator's heads from its d_head (twice the preset's heads at the same width, docs/notebook.md#the-oscillators-
-    defaults-eight-heads-of-d_h-4-and-fsdds-active-frame-mean; the streaming oscillator keeps the preset's, where its
-    detector was measured)."""
+    """Fill the dims left at 0 from the size preset (DS-CNN: its own presets, dscnn.SIZES); a whole-clip
+    oscillator's heads from its d_head where it has one (docs/notebook.md#eight-heads-of-d_h-4-on-the-dsp-path-and-
+    fsdds-active-frame-mean; the streaming oscillator keeps the preset's, where its detector was measured)."""
     if cfg.attention == "ds-cnn":
         from .dscnn import resolve as resolve_dscnn
         return resolve_dscnn(cfg)

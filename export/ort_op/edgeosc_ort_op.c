@@ -333,9 +333,9 @@ static inline __attribute__((always_inline)) void head_of(const Kernel *kn, int 
 
 static void head(const Kernel *kn, int T, int dh, int dv, const float *q, const float *k, const float *v,
                  const float *r, const float *g, float *out, size_t stride) {
-  if (dh == 8 && dv == 8 && kn->p == 4) /* the wide head: d_model 32, 4 heads, p 4 (the streaming oscillator's) */
+  if (dh == 8 && dv == 8 && kn->p == 4) /* the wide head: d_model 32, 4 heads, p 4 (the pipeline's model) */
     head_of(kn, T, q, k, v, r, g, out, stride, 8, 8, 4);
-  else if (dh == 4 && dv == 4 && kn->p == 4) /* the narrow head: 8 heads at d_model 32 (the whole-clip oscillator's) */
+  else if (dh == 4 && dv == 4 && kn->p == 4) /* the narrow head: 8 heads at d_model 32 (d_head 4) */
     head_of(kn, T, q, k, v, r, g, out, stride, 4, 4, 4);
   else
     head_of(kn, T, q, k, v, r, g, out, stride, dh, dv, kn->p);

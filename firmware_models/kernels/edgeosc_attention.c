@@ -287,13 +287,13 @@ static inline __attribute__((always_inline)) void key_terms_of(const EdgeoscLine
   t->fits = readout_terms(key, t->u, pp);
 }
 
-/* The wide head: d_head = d_value = 8 at EDGEOSC_LINEAR_D8_P (edgeosc_attention_fast.h), the streaming oscillator's */
+/* The wide head: d_head = d_value = 8 at EDGEOSC_LINEAR_D8_P (edgeosc_attention_fast.h), the models' */
 static int wide_head(const EdgeoscLinearParams *p) {
   return p->d_head == 8 && p->d_value == 8 && p->p == EDGEOSC_LINEAR_D8_P;
 }
 
-/* The narrow head: d_head = d_value = 4 at the wide head's power, the whole-clip oscillator's (twice the heads at the
- * same width), unrolled as the wide head is (in C where the wide head has assembly) */
+/* The narrow head: d_head = d_value = 4 at the wide head's power (twice the heads at the same width,
+ * ModelConfig.d_head = 4), unrolled as the wide head is (in C where the wide head has assembly) */
 static int narrow_head(const EdgeoscLinearParams *p) {
   return p->d_head == 4 && p->d_value == 4 && p->p == EDGEOSC_LINEAR_D8_P;
 }

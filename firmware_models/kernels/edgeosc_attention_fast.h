@@ -39,8 +39,8 @@ typedef struct {
 /* A key's readout coefficients u[0..2p] (KeyTerms.u); returns whether u[1..2p] fit int16. */
 static inline __attribute__((always_inline)) int readout_terms(const EdgeoscLinearKey *key, int32_t *u, const int pp);
 
-/* The wide head (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P: the streaming oscillator's) and the narrow one (4, the
- * same p: the whole-clip oscillator's) */
+/* The wide head (d_head = d_value = 8, p = EDGEOSC_LINEAR_D8_P: the models') and the narrow one (4, the same p: a
+ * model of twice the heads, ModelConfig.d_head = 4) */
 static int wide_head(const EdgeoscLinearParams *p);
 static int narrow_head(const EdgeoscLinearParams *p);
 

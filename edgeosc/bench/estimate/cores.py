@@ -25,9 +25,10 @@ def _core_elf(core: str, work: Path, flags: Sequence[str]) -> Path:
 
 def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequence[int] = (2, 4, 8, 16),
                  core: str = "cortex-m4", heads: int = 4, d_head: int = 8, work_dir: str | Path | None = None,
-                 seed: int = 0, flags: Sequence[str] = CFLAGS, linear_heads: tuple[int, int] = (8, 4)) -> list[dict]:
+                 seed: int = 0, flags: Sequence[str] = CFLAGS, linear_heads: tuple[int, int] | None = None
+                 ) -> list[dict]:
     """Cycles of one call of the fused oscillator cores vs the fused softmax core ([H, T, d_head] q, k, v; the linear
-    core's heads and d_head: linear_heads, the whole-clip oscillator's twice the heads at the same width).
+    core's heads and d_head: linear_heads, else the same).
 
     One row per (T, d_osc): the direct oscillator core's cycles, the softmax core's with its exp table (what the
     generated firmware runs) and with the fixed-point exp per element, their ratios, MACs (qk, h, zr, the
@@ -60,7 +61,7 @@ def core_scaling(T_values: Sequence[int] = (25, 49, 98, 196), d_osc_values: Sequ
         sm_lut = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 1], bufs, want)
         sm_fixed = run("edgeosc_bench_softmax", ATTENTION[1], [*args, 0], bufs, want)
         sm_macs = heads * T * T * 2 * d_head
-        lh, ld = linear_heads
+        lh, ld = linear_heads or (heads, d_head)
         x = layer_inputs(T, 1, lh, ld, seed)
         want = L.linear_core_int8(x["lin"], x["q"], x["k"], x["v"], x["r2"], x["g"])
         lin_words = L.linear_state_words(ld, ld, 4)
