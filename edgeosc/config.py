@@ -110,7 +110,7 @@ class FeatureConfig:
 
 
 # Recordings read by the FSDD loader (speakers' digits, padded with digital silence to 1 s) take each band's mean over
-# the clip's active frames, every kind alike: +3 to +9 points on unseen speakers (docs/results.md#fsdd); the synthetic
+# the clip's active frames, every kind alike: +3 to +12 points on unseen speakers (docs/results.md#fsdd); the synthetic
 # set keeps the per-clip mean (its noisy clips have no padding, and lose 1-2 points with it). A stream's features
 # need a causal mean: streaming models keep theirs.
 ACTIVE_MEAN_DATASETS = ("fsdd",)
