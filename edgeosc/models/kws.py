@@ -34,13 +34,13 @@ def resolve(cfg: ModelConfig) -> ModelConfig:
     if cfg.size not in SIZES:
         raise ValueError(f"unknown model size {cfg.size!r}; choose from {sorted(SIZES)}")
     d, h, b = SIZES[cfg.size]
+    if cfg.attention == "kuramoto":  # k phases for the transformer's parameter count (angle map, linear readout)
+        d = KURAMOTO_WIDTH[cfg.size]
     d = cfg.d_model or d
     if cfg.attention == "oscillator" and cfg.d_head and not cfg.window:
         if d % cfg.d_head:
             raise ValueError(f"d_model {d} is not a multiple of the oscillator's d_head {cfg.d_head}")
         h = d // cfg.d_head
-    if cfg.attention == "kuramoto":  # k phases for the transformer's parameter count (angle map, linear readout)
-        d = cfg.d_model or KURAMOTO_WIDTH[cfg.size]
     return dataclasses.replace(cfg, d_model=d, heads=cfg.heads or h, blocks=cfg.blocks or b)
 
 

@@ -258,7 +258,7 @@ static inline __attribute__((always_inline)) void unrolled_query(const EdgeoscLi
  * coupling word one SMLAD of K'_j against K'_i r, each readout word one SMLAD of (V_a, V_b) against (u_a, u_b).
  * C packs the pairs into a table (UPDATE_WORDS: kp, x0, x1 per coupling row, vv per readout column, u per readout
  * row); the sums read it. */
-#define UPDATE_KP(dh) 0
+#define UPDATE_KP 0
 #define UPDATE_X0(dh) ((dh) + 1)
 #define UPDATE_X1(dh) (2 * ((dh) + 1))
 #define UPDATE_VV(dh) (3 * ((dh) + 1))
@@ -312,14 +312,14 @@ static inline __attribute__((always_inline)) int update_table(const EdgeoscLinea
   t[UPDATE_U(dh)] = edgeosc_pack_bottoms(ua[0] >> 1, ub[0] >> 1);
 #pragma GCC unroll 8
   for (m = 1; m < NR; ++m) t[UPDATE_U(dh) + m] = edgeosc_pack_bottoms(ua[m], ub[m]);
-  t[UPDATE_KP(dh)] = 0x00010001;
-  value_pairs(a->k, b->k, edgeosc_pair(p->zp_k), t + UPDATE_KP(dh) + 1, dh);
+  t[UPDATE_KP] = 0x00010001;
+  value_pairs(a->k, b->k, edgeosc_pair(p->zp_k), t + UPDATE_KP + 1, dh);
   rr0 = edgeosc_pack16(a->sign * a->r[0], b->sign * b->r[0]);
   rr1 = edgeosc_pack16(a->sign * a->r[1], b->sign * b->r[1]);
   t[UPDATE_X0(dh)] = rr0, t[UPDATE_X1(dh)] = rr1;
 #pragma GCC unroll 8
   for (i = 1; i <= dh; ++i) { /* K r in int16: |K| <= 255, |r| <= 128 */
-    const int32_t kp = t[UPDATE_KP(dh) + i];
+    const int32_t kp = t[UPDATE_KP + i];
     t[UPDATE_X0(dh) + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr0, (kp >> 16) * (rr0 >> 16));
     t[UPDATE_X1(dh) + i] = edgeosc_pack_bottoms((int16_t)kp * (int16_t)rr1, (kp >> 16) * (rr1 >> 16));
   }
@@ -343,8 +343,8 @@ static inline __attribute__((always_inline)) void update_sums(int32_t *state, co
 #pragma GCC unroll 9
     for (j = i; j <= dh; ++j, sc += 2) {
       const int32_t s0 = sc[0], s1 = sc[1];
-      sc[0] = __smlad(t[UPDATE_KP(dh) + j], t[UPDATE_X0(dh) + i], s0);
-      sc[1] = __smlad(t[UPDATE_KP(dh) + j], t[UPDATE_X1(dh) + i], s1);
+      sc[0] = __smlad(t[UPDATE_KP + j], t[UPDATE_X0(dh) + i], s0);
+      sc[1] = __smlad(t[UPDATE_KP + j], t[UPDATE_X1(dh) + i], s1);
     }
 #pragma GCC unroll 9
   for (d = 0; d <= dh; ++d)
@@ -368,10 +368,10 @@ static inline __attribute__((always_inline)) void unrolled_step(const EdgeoscLin
     int64_t h[2] = {0, 0};
     qv[0] = p->c1;
 #pragma GCC unroll 8
-    for (a = 0; a < DH_MAX; ++a) qv[a + 1] = 2 * (q[a] - p->zp_q);
+    for (a = 0; a < dh; ++a) qv[a + 1] = 2 * (q[a] - p->zp_q);
     edgeosc_step_coupling_d8_asm(state, t, qv + 1, h);
-    edgeosc_update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(DH_MAX), t);
-    query_from_h(p, state, h, out, DH_MAX);
+    edgeosc_update_readout_d8_asm(state + 2 * EDGEOSC_LINEAR_COUPLING(dh), t);
+    query_from_h(p, state, h, out, dh);
     return;
   }
 #endif
