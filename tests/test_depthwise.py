@@ -73,16 +73,17 @@ def test_firmware_equals_tflite_micro_bit_for_bit(block):
 
 
 def test_firmware_names_the_layers_its_scales_keep_off_the_fast_kernels(tmp_path):
-    """A depthwise channel whose weights' scale is large against the output's: at a requantization shift of -1 the
-    layer leaves the 3 x 3 planes (their rounding needs 2 or more), at 0 (a multiplier of 0.5 or more) the DSP path's
-    exact range too. firmware.json names the layer and why, which the report shows."""
+    """A depthwise channel whose weights' scale is large against the output's: at a requantization shift of -1 or 0
+    (a multiplier of 0.25 or 0.5 or more) the layer stays on the 3 x 3 planes (that channel's rows in C), above 0 (a
+    multiplier of 1 or more) it leaves them and the DSP path's exact range. firmware.json names the layer and why,
+    which the report shows."""
     def slow(loud):
         path = tmp_path / f"ds{loud}.tflite"
         path.write_bytes(ds_block(np.random.default_rng(0), loud=loud))
         return generate(path, tmp_path / f"ds{loud}", features=None)["slow_layers"]
     assert slow(1.0) == {}
-    assert slow(100.0) == {"dw": "off the depthwise 3 x 3 planes"}  # channel 0: 0.04 x 0.39 / 0.03 = 0.499
-    assert slow(150.0) == {"dw": "a channel's requantization outside the DSP path's exact range"}  # 0.75
+    assert slow(100.0) == slow(150.0) == {}  # channel 0: 0.04 x 0.39 / 0.03 = 0.499, 0.75
+    assert slow(300.0) == {"dw": "a channel's requantization outside the DSP path's exact range"}  # 1.5
 
 
 def test_bad_depthwise_and_pool_graphs_are_refused():
@@ -124,9 +125,11 @@ def test_emulated_cortex_m4_equals_tflite_micro(block):
     assert est["macs"]["by_kind"]["DEPTHWISE_CONV_2D"] == 25 * 5 * 16 * 3 * 3  # per output: k_h k_w
 
 
-def test_emulated_cortex_m4_depthwise_planes_equal_tflite_micro(tmp_path):
+@pytest.mark.parametrize("loud", [1.0, 150.0])
+def test_emulated_cortex_m4_depthwise_planes_equal_tflite_micro(tmp_path, loud):
     """DEPTHWISE_CONV_2D with one output per channel inside a whole graph: code generation packs it for the DSP path's
-    3 x 3 planes (dsp/edgeosc_depthwise_dsp.c), and the emulated M4's logits equal TFLite Micro's."""
+    3 x 3 planes (dsp/edgeosc_depthwise_dsp.c), and the emulated M4's logits equal TFLite Micro's; loud 150 puts a
+    channel at requantization shift 0, whose rows run in C."""
     import importlib.util
     import shutil
     pytest.importorskip("tflite_micro")
@@ -135,7 +138,7 @@ def test_emulated_cortex_m4_depthwise_planes_equal_tflite_micro(tmp_path):
         pytest.skip("no Thumb compiler: apt-get install gcc-arm-none-eabi, or pip install ziglang")
     from edgeosc.bench.estimate import estimate_model
     path = tmp_path / "ds.tflite"
-    path.write_bytes(ds_block(np.random.default_rng(0)))
+    path.write_bytes(ds_block(np.random.default_rng(0), loud=loud))
     generate(path, tmp_path / "ds_planes", name="ds_planes", features=None)
     micro = runtime.load(path, "tflite-micro")
     for x in np.random.default_rng(2).integers(-128, 128, (2, 1, 49, 10, 1)).astype(np.int8):

@@ -50,6 +50,9 @@ EDGE_SHAPES = [
          out_c=8),
     dict(op="DEPTHWISE_CONV_2D", name="depthwise 3x3, ds-cnn's height", in_h=25, in_w=2, in_c=4, k_h=3, k_w=3,
          out_c=4),
+    # trained scales can put a channel at shift 0 or -1 (multipliers of 0.5 or 0.25 or more): rows in C, exact
+    dict(op="DEPTHWISE_CONV_2D", name="depthwise 3x3, channels at shifts 0 and -1", in_h=7, in_w=5, in_c=8, k_h=3,
+         k_w=3, out_c=8, multipliers=[0.7, 0.3, 0.6, 0.003, 0.26, 0.49, 0.99, 0.5]),
     dict(op="DEPTHWISE_CONV_2D", name="depthwise 3x3 relu (the other loops)", in_h=5, in_w=4, in_c=8, k_h=3, k_w=3,
          out_c=8, act=(-20, 127)),
     dict(op="DEPTHWISE_CONV_2D", name="depthwise stride 2 dilated relu", in_h=9, in_w=6, in_c=16, k_h=3, k_w=2,
@@ -133,7 +136,22 @@ def test_depthwise_rounding_in_one_smmlar_is_exact_where_admitted():
     assert depthwise3x3_packs(geo, 4, 4, -128, 127, dsp(12), w, np.full(4, 1 << 30), 0)  # any accumulator
     assert depthwise3x3_packs(geo, 4, 4, -128, 127, dsp(14), w, np.zeros(4), 0)  # 128 * 9 * 127 < 2^18
     assert not depthwise3x3_packs(geo, 4, 4, -128, 127, dsp(14), w, np.full(4, 1 << 18), 0)
-    assert not depthwise3x3_packs(geo, 4, 4, -128, 127, dsp(1), w, np.zeros(4), 0)  # 2^31 does not fit
+    assert depthwise3x3_packs(geo, 4, 4, -128, 127, dsp(1), w, np.zeros(4), 0)  # r 1 and 0: rounded from 2x in C
+    assert depthwise3x3_packs(geo, 4, 4, -128, 127, dsp(0), w, np.full(4, (1 << 30) - 128 * 9 * 127 - 1), 0)
+    assert not depthwise3x3_packs(geo, 4, 4, -128, 127, dsp(0), w, np.full(4, 1 << 30), 0)  # 2x would pass int32
+    assert not depthwise3x3_packs(geo, 4, 4, -128, 127, None, w, np.zeros(4), 0)  # a shift above 0: no constants
+
+
+def test_depthwise_rounding_from_twice_x_is_exact_at_shifts_0_and_minus_1():
+    """Channels at shift right r 0 or 1 round in C as requant_zp on 2x with right r + 1 (dw3_rows_near):
+    (2x + 2^r - [x < 0]) >> (r + 1) is TFLite's RoundingDivideByPOT(x, r) for every |x| < 2^30."""
+    rng = np.random.default_rng(1)
+    for r in (0, 1, 2, 7):
+        x = np.concatenate([(rng.integers(-400, 400, 3000) << r) + (1 << r >> 1), rng.integers(-1 << 30, 1 << 30, 3000),
+                            [0, 1, -1, (1 << 30) - 1, -(1 << 30) + 1]]).astype(np.int64)
+        mask = (1 << r) - 1
+        ref = (x >> r) + ((x & mask) > (mask >> 1) + (x < 0))
+        np.testing.assert_array_equal((2 * x + (1 << r) - (x < 0)) >> (r + 1), ref, err_msg=f"r {r}")
 
 
 def test_default_kernels_are_faster_on_the_dsp_path(tmp_path):

@@ -62,7 +62,8 @@ def kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     int8 data. Optional keys: "act" (act_min, act_max), "per_channel" (FULLY_CONNECTED), "runtime_requant"
     (FULLY_CONNECTED, CONV_2D: the DSP requantization constants prepared on each call, not given as code generation
     writes them), "stride" and "dil" (CONV_2D and DEPTHWISE_CONV_2D, SAME padding; "MACs" counts the taps inside
-    and outside the image alike), "scales" (ADD / SUB: the scales of a, b and the output; random otherwise)."""
+    and outside the image alike), "scales" (ADD / SUB: the scales of a, b and the output; random otherwise),
+    "multipliers" (CONV_2D, DEPTHWISE_CONV_2D: the channels' real multipliers, cycled; weights in -3..2)."""
     from ...export.c.multipliers import dsp_requant
     from ...export.c.packing import (depthwise3x3_packs, depthwise_scratch_words, pack_depthwise3x3, pack_weights,
                                      wide_words)
@@ -109,8 +110,12 @@ def kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
         fn, words = "edgeosc_bench_conv", wide_words(K) + 2 * oc + K  # EDGEOSC_CONV_SCRATCH_WORDS
         if depthwise:
             words = depthwise_scratch_words(oh, ow)
-    mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in rng.uniform(2e-4, 4e-3, channels)))
-    bufs = dict(f=S.buffer(f), w=w, bias=rng.integers(-5000, 5000, n_bias).astype(np.int32),
+    reals = rng.uniform(2e-4, 4e-3, channels)
+    if "multipliers" in spec:  # cycled over the channels, with weights and bias small enough for unclamped outputs
+        reals, w = np.resize(spec["multipliers"], channels), (w.astype(np.int32) * 3 // 128).astype(np.int8)
+    mult, shift = zip(*(R.quantize_multiplier(float(s)) for s in reals))
+    bias = rng.integers(-5000, 5000, n_bias).astype(np.int32) // (50 if "multipliers" in spec else 1)
+    bufs = dict(f=S.buffer(f), w=w, bias=bias,
                 mult=np.array(mult, np.int32), shift=np.array(shift, np.int32), x=x, out=np.zeros(n_out, np.int8),
                 scratch=np.zeros(words, np.int32))
     dsp = None if spec.get("runtime_requant") else dsp_requant(mult, shift)
@@ -120,13 +125,14 @@ def kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     if spec["op"] == "DEPTHWISE_CONV_2D":
         geo = {name: getattr(f, name) for name in ("in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w",
                                                     "stride_h", "stride_w", "dil_h", "dil_w", "pad_top", "pad_left")}
-        packs = depthwise3x3_packs(geo, c, oc, lo, hi, dsp, w, bufs["bias"], f.zp_in)
+        near = dsp if dsp is not None or spec.get("runtime_requant") else dsp_requant(mult, shift, 0)
+        packs = depthwise3x3_packs(geo, c, oc, lo, hi, near, w, bufs["bias"], f.zp_in)
         if packs:
-            bufs["packed"] = pack_depthwise3x3(w, bufs["bias"], f.zp_in)
+            bufs["packed"], bufs["dsp"] = pack_depthwise3x3(w, bufs["bias"], f.zp_in), near
     elif packs:
         one_row = n_out == channels if fn == "edgeosc_bench_conv" else spec["rows"] == 1  # unpacked (edgeosc_ops.h)
         bufs["packed"] = pack_weights(w.reshape(w.shape[0], -1), bufs["bias"], f.zp_in, w16=one_row)
-    return fn, ["f", "w", "bias", "mult", "shift", "x", "out", "scratch", "dsp" if dsp is not None else 0,
+    return fn, ["f", "w", "bias", "mult", "shift", "x", "out", "scratch", "dsp" if "dsp" in bufs else 0,
                 "packed" if packs else 0], bufs, macs
 
 

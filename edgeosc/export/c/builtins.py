@@ -9,7 +9,7 @@ from ...integer import reference as R
 from ...runtime.tflite_file import schema
 from .calls import Array, Only, Ref, Struct
 from .graph import Op, Tensor, UnsupportedGraph
-from .multipliers import act_range, channel_rq, double_rq, product_rq, rq, softmax_params
+from .multipliers import act_range, channel_rq, double_rq, dsp_requant, product_rq, rq, softmax_params
 from .packing import depthwise3x3_packs, depthwise_scratch_words, fast_scratch_words, pack_depthwise3x3, weight_fields
 
 
@@ -112,8 +112,10 @@ class BuiltinOps:
                                    "weights' last dim and a multiple of in_c")
         f = p.fields
         bias = None if f["bias"] is None else self.g.tensors[f["bias"].tensor].data
-        dsp = f["rq"].fields["dsp"]
-        if depthwise3x3_packs(f, c_in, c_out, f["act_min"], f["act_max"], dsp and dsp.values, w.data, bias, x.z):
+        rq = f["rq"].fields  # the planes take a shift of 0 too, which the other DSP kernels cannot
+        dsp = rq["dsp"].values if rq["dsp"] is not None else dsp_requant(rq["multiplier"].values, rq["shift"].values, 0)
+        if depthwise3x3_packs(f, c_in, c_out, f["act_min"], f["act_max"], dsp, w.data, bias, x.z):
+            rq["dsp"] = Array(dsp, f"{out.name}_dsp")
             f.update(weights=Only(f["weights"], False), bias=Only(f["bias"], False),
                      packed=Only(Array(pack_depthwise3x3(w.data, bias, x.z), f"{out.name}_packed"), True))
         return self.emit("edgeosc_depthwise_conv_int8", [p, Ref(x.index), Ref(out.index), "scratch32"], [op],

@@ -42,12 +42,12 @@ def act_range(out: Tensor, act: int) -> tuple[int, int]:
     return max(-128, q(lo)) if lo is not None else -128, min(127, q(hi)) if hi is not None else 127
 
 
-def dsp_requant(multipliers, shifts) -> np.ndarray | None:
+def dsp_requant(multipliers, shifts, highest_shift: int = -1) -> np.ndarray | None:
     """EdgeoscChannelRequant.dsp: per entry 2 multiplier (as int32) and -shift, what edgeosc_dsp_requant_init
     (edgeosc_simd.h) prepares, or None where some entry is outside its exact range (multiplier < 2^30, or a shift
-    outside -23..-1)."""
+    outside -23..-1; the depthwise 3 x 3 planes take shift 0 too: highest_shift 0)."""
     m, s = np.asarray(multipliers, np.int64), np.asarray(shifts, np.int64)
-    if np.any(m < 1 << 30) or np.any(s > -1) or np.any(s < -23):
+    if np.any(m < 1 << 30) or np.any(s > highest_shift) or np.any(s < -23):
         return None
     return np.stack([(2 * m).astype(np.uint32).view(np.int32), (-s).astype(np.int32)], 1).ravel()
 

@@ -63,13 +63,17 @@ def depthwise3x3_packs(g: dict, c_in: int, c_out: int, lo: int, hi: int, dsp, w,
     """Whether the DSP build runs a DEPTHWISE_CONV_2D (geometry g) on its 3 x 3 planes (dsp/edgeosc_depthwise_dsp.c):
     stride 1, no dilation, multiplier 1, channels 4k, int8's whole output range, out_h <= 30, padding at most 1 before,
     every channel on the DSP constants (dsp) with a shift right r >= 2 where SMMLAR by 2^(32 - r) + 1 rounds by 2^r
-    exactly: r <= 12, or its accumulators (|bias - zp_in sum w| + 128 sum |w|, w [1, 3, 3, C]) below 2^(32 - r)."""
-    w, right = np.asarray(w, np.int64).reshape(-1, c_out), np.asarray([0, 0] if dsp is None else dsp)[1::2]
+    exactly: r <= 12, or its accumulators (|bias - zp_in sum w| + 128 sum |w|, w [1, 3, 3, C]) below 2^(32 - r); at
+    r 0 or 1 (rounded in C from 2x) below 2^30."""
+    if dsp is None:
+        return False
+    w, right = np.asarray(w, np.int64).reshape(-1, c_out), np.asarray(dsp)[1::2]
     acc = np.abs((0 if bias is None else np.asarray(bias, np.int64)) - zp_in * w.sum(0)) + 128 * np.abs(w).sum(0)
     return (g["k_h"], g["k_w"], g["stride_h"], g["stride_w"], g["dil_h"], g["dil_w"]) == (3, 3, 1, 1, 1, 1) \
         and c_in == c_out and c_in % 4 == 0 and (lo, hi) == (-128, 127) and g["out_h"] <= 30 and g["pad_top"] <= 1 \
         and g["pad_left"] <= 1 and g["pad_top"] + g["in_h"] <= 2 * -(-g["out_h"] // 2) + 2 and g["pad_left"] + g["in_w"] \
-        <= g["out_w"] + 2 and bool(np.all(right >= 2) and np.all((right <= 12) | (acc < 2.0 ** (32 - right))))
+        <= g["out_w"] + 2 and bool(np.all(right >= 0) and np.all(np.where(right >= 2, (right <= 12) | (acc < 2.0 ** (32 - right)),
+                                                              acc < 2.0 ** 30)))
 
 
 def weight_fields(w: Tensor, bias: int | None, zp_in: int, label: str, g_tensors, pack: bool = True,

@@ -53,7 +53,9 @@ static void depthwise_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_t *
  * zp_out + round(x / 2^r), ties away from zero, is SMMLAR(x, 2^(32-r) + 1, zp_out) = zp_out + floor((x 2^(32-r) + x +
  * 2^31) / 2^32) for 2 <= r (the factor fits) and |x| < 2^(32-r): the product's low word is a multiple of 2^(32-r), 0
  * exactly at a tie, so adding x moves the floor only at a negative tie, down; for |x| >= 2^(32-r) and r <= 12 both
- * clamp alike (|x / 2^r| >= 256). |x| <= |acc| <= |bias - zp_in sum w| + 128 sum |w|, which code generation bounds. */
+ * clamp alike (|x / 2^r| >= 256). |x| <= |acc| <= |bias - zp_in sum w| + 128 sum |w|, which code generation bounds.
+ * A channel at r 0 or 1 (a multiplier of 0.25 or more, which training can give any layer) takes the rows in C
+ * (dw3_rows_near): the same sums, requantized exactly another way. */
 #define DW3_PAIRS(out_h) (((out_h) + 1) >> 1)
 #define DW3_AT(J, px, j) (64 * (px) + 4 * (16 - (J) + (j)))
 
@@ -65,17 +67,19 @@ typedef struct { /* edgeosc_dw3_rows's job; its field order is the assembly's (e
   int32_t skip, cols;   /* 16 (16 - J) bytes; out_w */
 } Dw3Job;
 
-#if EDGEOSC_ASM
-/* One channel's output rows, column by column (Dw3Job), in Thumb-2 assembly (edgeosc_depthwise_dsp.S): two rows a
- * pass where J is odd, then four rows a pass (eight instructions for twelve MACs), 14 registers */
-void edgeosc_dw3_rows(const Dw3Job *job);
-#else
-static inline int8_t dw3_out(int32_t acc, const Dw3Job *job) {
-  return (int8_t)__ssat(edgeosc_smmulr(edgeosc_smmulr(acc, job->m2) + acc, job->kc) + job->zp, 8);
+/* One channel's output rows, column by column (Dw3Job), in C: with near < 0 on the SMMLAR rounding above (the C
+ * build's twin of the assembly), else for a channel at shift right r = near of 0 or 1, where the factor 2^(32 - r) + 1
+ * passes int32: requant_zp on 2x with right r + 1, since RDBPOT(x, r) = (2x + 2^r - [x < 0]) >> (r + 1) for every
+ * r >= 0 (for r >= 1 the two numerators, 2x + 2^r - 1 and 2x + 2^r - 2, differ at an odd one, which no power of two
+ * >= 2 divides; for r = 0 it is x + floor((1 - [x < 0]) / 2)). 2x fits: code generation bounds |acc| < 2^30 there. */
+__attribute__((always_inline)) static inline int8_t dw3_out(int32_t acc, const Dw3Job *job, int32_t near, int32_t c) {
+  const int32_t x = edgeosc_smmulr(acc, job->m2) + acc;
+  return (int8_t)__ssat(near < 0 ? edgeosc_smmulr(x, job->kc) + job->zp : __qadd(2 * x + (x >> 31), c) >> (near + 1), 8);
 }
 
-static void edgeosc_dw3_rows(const Dw3Job *job) {
+__attribute__((always_inline)) static inline void dw3_rows_c(const Dw3Job *job, int32_t near) {
   const int32_t *slot = job->slots, *const w = job->w;
+  const int32_t c = near < 0 ? 0 : requant_c(near + 1, job->zp);
   int8_t *rec = job->records;
   int32_t ox, k;
   for (ox = 0; ox < job->cols; ++ox) {
@@ -87,11 +91,25 @@ static void edgeosc_dw3_rows(const Dw3Job *job) {
         y0 = __smlabt(b, w[3 + k], __smlad(a, w[k], y0));
         y1 = __smlad(b, w[3 + k], __smlatb(a, w[k], y1));
       }
-      rec[0] = dw3_out(y0, job), rec[4] = dw3_out(y1, job);
+      rec[0] = dw3_out(y0, job, near, c), rec[4] = dw3_out(y1, job, near, c);
       slot += 4, rec += 8;
     } while (((uintptr_t)slot & 0xF0u) != 0);
   }
 }
+
+static void dw3_rows_near(const Dw3Job *job, int32_t right) {
+  if (right)
+    dw3_rows_c(job, 1);
+  else
+    dw3_rows_c(job, 0);
+}
+
+#if EDGEOSC_ASM
+/* One channel's output rows on the SMMLAR rounding, in Thumb-2 assembly (edgeosc_depthwise_dsp.S): two rows a pass
+ * where J is odd, then four rows a pass (eight instructions for twelve MACs), 14 registers */
+void edgeosc_dw3_rows(const Dw3Job *job);
+#else
+static void edgeosc_dw3_rows(const Dw3Job *job) { dw3_rows_c(job, -1); }
 #endif
 
 typedef struct { /* edgeosc_dw3_planes's job: step 1 for four channels; its field order is the assembly's */
@@ -175,9 +193,12 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
       Dw3Job job;
       job.slots = planes + k, job.records = records + k, job.m2 = q[0];
       job.w[0] = pk[0], job.w[1] = pk[1], job.w[2] = pk[2], job.w[3] = pk[3], job.w[4] = pk[4], job.w[5] = pk[5];
-      job.bias = pk[6], job.kc = (int32_t)((1u << (32 - q[1])) + 1u), job.cols = p->out_w, job.skip = 16 * (16 - J);
+      job.bias = pk[6], job.kc = q[1] >= 2 ? (int32_t)((1u << (32 - q[1])) + 1u) : 0, job.cols = p->out_w, job.skip = 16 * (16 - J);
       job.zp = p->zp_out;
-      edgeosc_dw3_rows(&job);
+      if (q[1] >= 2)
+        edgeosc_dw3_rows(&job);
+      else
+        dw3_rows_near(&job, q[1]);
     }
     cp.out = out + c;
     edgeosc_dw3_copy(&cp);
