@@ -103,13 +103,9 @@ def evaluate_tflite(path: str | Path, data: ClipSet, feature_cfg: FeatureConfig,
                     split: str = "test", interpreter: str | None = None) -> dict:
     """Accuracy and confusion matrix of an exported .tflite (features computed here, logits in the interpreter)."""
     from . import runtime
-    from .runtime import custom_op
     if tuple(data.classes) != tuple(classes):
         raise CheckpointError(f"{path}: exported for classes {tuple(classes)}, the data has {tuple(data.classes)}")
-    custom = None
-    if runtime.check_tflite(path)["custom_ops"]:
-        custom = [custom_op.register]
-    runner = runtime.load(path, interpreter, custom_ops=custom)
+    runner = runtime.load(path, interpreter)
     if runner.inputs[0].name == runtime.FRAME:
         raise CheckpointError(f"{path}: a stream export takes one frame a call; evaluate window_int8.tflite beside "
                               "it, which gives the same logits bit for bit over a clip")

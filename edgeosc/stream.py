@@ -123,15 +123,12 @@ def load_model(path, interpreter: str | None = None, window: int | None = None) 
     except (ValueError, KeyError, TypeError) as e:
         raise StreamError(f"{manifest}: not an edgeosc export manifest ({type(e).__name__}: {e})") from None
     from . import runtime
-    info, custom = runtime.check_tflite(path), None
-    if info["custom_ops"]:
-        from .runtime import custom_op
-        custom = [custom_op.register]
+    info = runtime.check_tflite(path)
     sg = info["subgraphs"][0]
     streaming = sg["inputs"][0]["name"] == runtime.FRAME or len(sg["outputs"][0]["shape"]) == 3
     # a stream or window export without XNNPACK, whose float requantization depends on the shapes: the two files
     # then give the same logits bit for bit in each interpreter
-    runner = runtime.load(path, interpreter, custom_ops=custom, xnnpack=not streaming)
+    runner = runtime.load(path, interpreter, xnnpack=not streaming)
     trained = man.get("model_config", {}).get("window", 0)
     if window is not None and window != trained:
         raise StreamError(f"{path}: --window {window}: an exported model attends over the window it was exported "

@@ -131,6 +131,17 @@ def test_custom_op_kernel_matches_the_builtin_graph(files, kind):
     assert custom_parity(folder / "int8.tflite", folder / "int8_custom.tflite", held)["max_lsb"] <= 1
 
 
+def test_litert_runs_the_op_as_a_delegate_bit_for_bit(files):
+    """ai-edge-litert cannot register EdgeOscAttention from Python; it loads the op's kernel as a delegate
+    (export/tflite_op/edgeosc_tflite_delegate.c) and gives tflite-runtime's integers with the op registered."""
+    files, held = files
+    path = files["oscillator"]["dir"] / "int8_custom.tflite"
+    litert, tfrt = (runtime.load(path, name, xnnpack=False) for name in ("ai-edge-litert", "tflite-runtime"))
+    x = litert.inputs[0].quantize(held)
+    np.testing.assert_array_equal(litert.run_raw(x), tfrt.run_raw(x))
+    assert runtime.interpreters_for(path) == ["ai-edge-litert", "tflite-runtime"]
+
+
 def test_malformed_files_give_clear_errors(files, tmp_path):
     files, held = files
     good = (files["oscillator"]["dir"] / "int8.tflite").read_bytes()
@@ -163,7 +174,7 @@ def test_latency_compare_covers_every_interpreter(files):
     rows = compare(files["oscillator"]["dir"], files["softmax"]["dir"], runs=3, echo=lines.append)
     got = {(r["file"], r["runtime"]) for r in rows}
     assert {(f, i) for f in ("float.tflite", "int8.tflite") for i in INTERPRETERS} <= got
-    assert ("int8_custom.tflite", "tflite-runtime") in got  # against the softmax int8.tflite
+    assert {("int8_custom.tflite", "tflite-runtime"), ("int8_custom.tflite", "ai-edge-litert")} <= got  # vs int8
     assert all(r["oscillator"]["median_ms"] > 0 and r["ratio"] > 0 for r in rows) and "ratio" in lines[1]
 
 

@@ -43,11 +43,7 @@ def prepare(path: str | Path, runtime_name: str, threads: int = 1) -> Timed:
         x = np.random.default_rng(0).standard_normal((1, *runner.shape[1:])).astype(np.float32)
         return Timed(path, runtime_name, lambda: runner.session.run([OUTPUT], {INPUT: x}))
     from .. import runtime
-    custom = None
-    if _has_custom_ops(path):
-        from ..runtime import custom_op
-        custom = [custom_op.register]
-    runner = runtime.load(path, runtime_name, custom_ops=custom, num_threads=threads)
+    runner = runtime.load(path, runtime_name, num_threads=threads)
     x = runner.inputs[0].quantize(np.random.default_rng(0).standard_normal(runner.input_shape))
     backend = runner._backend  # the bare invoke: no per-call conversion in the timed region
     return Timed(path, runner.interpreter, lambda: backend.run([x]))
@@ -131,13 +127,6 @@ def bench(paths: list[str | Path], runtimes: list[str] | None = None, runs: int 
         if power is not None:
             row["energy"] = measure_energy(t, power(), runs)
     return dict(system=system_info(), results=rows)
-
-
-def _has_custom_ops(path) -> bool:
-    if Path(path).suffix != ".tflite":
-        return False
-    from .. import runtime
-    return bool(runtime.check_tflite(path)["custom_ops"])
 
 
 def format_table(report: dict) -> str:

@@ -43,14 +43,17 @@ def available_interpreters() -> list[str]:
     return [n for n in PREFERENCE if _module(n) is not None]
 
 
+OP_INTERPRETERS = ("ai-edge-litert", "tflite-runtime")  # EdgeOscAttention: a delegate there, a registered op here
+
+
 def interpreters_for(path: str | Path) -> list[str]:
-    """The installed interpreters that run this .tflite: tflite-runtime alone for a file with the EdgeOscAttention op
-    (the one whose kernel registers from Python; TFLite Micro compiles it in), all but TFLite Micro for a file with
-    a builtin it lacks (MICRO_MISSING), ai-edge-litert alone for an int8 file with a builtin only its kernels take in
-    int8 (INT8_LITERT_ONLY)."""
+    """The installed interpreters that run this .tflite: ai-edge-litert and tflite-runtime for a file with the
+    EdgeOscAttention op (its kernel as a delegate, or registered; TFLite Micro's Python package takes neither, its
+    firmware compiles the op in), all but TFLite Micro for a file with a builtin it lacks (MICRO_MISSING),
+    ai-edge-litert alone for an int8 file with a builtin only its kernels take in int8 (INT8_LITERT_ONLY)."""
     info, names = check_tflite(path), available_interpreters()
     if info["custom_ops"]:
-        return [n for n in names if n == "tflite-runtime"]
+        return [n for n in names if n in OP_INTERPRETERS and set(info["custom_ops"]) <= {custom_op.OP_NAME}]
     if info["quantized_tensors"] and INT8_LITERT_ONLY & set(info["builtin_ops"]):
         return [n for n in names if n == "ai-edge-litert"]
     if MICRO_MISSING & set(info["builtin_ops"]):
@@ -94,10 +97,12 @@ def _info(t: dict) -> TensorInfo:
 class _TFLiteBackend:
     """ai-edge-litert and tflite-runtime share the tf.lite.Interpreter API."""
 
-    def __init__(self, mod, data, custom_ops, xnnpack, num_threads):
+    def __init__(self, mod, data, custom_ops, xnnpack, num_threads, delegates=()):
         kw = dict(model_content=data, num_threads=num_threads)
         if not xnnpack:  # builtin kernels only: int8 results then match TFLM more often (see docs)
             kw["experimental_op_resolver_type"] = mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        if delegates:
+            kw["experimental_delegates"] = list(delegates)
         if custom_ops:
             self.it = mod.InterpreterWithCustomOps(custom_op_registerers=list(custom_ops), **kw)
         else:
@@ -186,7 +191,7 @@ class Runner:
     __call__ = run
 
 
-def _resolve(interpreter: str | None, custom_ops) -> str:
+def _resolve(interpreter: str | None, custom_ops, op: bool = False) -> str:
     if interpreter is not None:
         name = ALIASES.get(interpreter, interpreter)
         if name not in _MODULES:
@@ -196,11 +201,12 @@ def _resolve(interpreter: str | None, custom_ops) -> str:
                                          f"installed: {available_interpreters()}")
         return name
     names = available_interpreters()
-    if custom_ops:
-        names = [n for n in names if n == "tflite-runtime"]
+    if custom_ops or op:
+        names = [n for n in names if n == "tflite-runtime" or (op and n in OP_INTERPRETERS)]
     if not names:
         raise InterpreterUnavailable("no TFLite interpreter installed (pip install ai-edge-litert)" if not custom_ops
-                                     else "custom_ops need tflite-runtime, which is not installed")
+                                     and not op else "custom_ops need tflite-runtime, which is not installed" if
+                                     custom_ops else "EdgeOscAttention needs ai-edge-litert or tflite-runtime")
     return names[0]
 
 
@@ -209,7 +215,8 @@ def load(path, interpreter: str | None = None, custom_ops=None, xnnpack: bool = 
     """Check the file in Python, then load it into the named (or first available) interpreter.
 
     custom_ops: tflite-runtime registerers (symbol names or callables receiving the op resolver's address);
-    a model whose only custom op is EdgeOscAttention gets its kernel (runtime.custom_op) without asking.
+    a model whose only custom op is EdgeOscAttention gets its kernel (runtime.custom_op) without asking: registered
+    in tflite-runtime, as a delegate in ai-edge-litert.
     xnnpack=False disables LiteRT/tflite-runtime's default XNNPACK delegate (builtin kernels only).
     arena_size: TFLM tensor arena in bytes (default from the model's activation sizes).
     """
@@ -219,15 +226,22 @@ def load(path, interpreter: str | None = None, custom_ops=None, xnnpack: bool = 
     except OSError as e:
         raise ModelFileError(f"{path}: cannot read: {e}") from None
     info = check_tflite(data, name=path)  # in Python, before any native code sees the bytes
-    if custom_ops is None and info["custom_ops"] and set(info["custom_ops"]) <= {custom_op.OP_NAME}:
+    op = custom_ops is None and bool(info["custom_ops"]) and set(info["custom_ops"]) <= {custom_op.OP_NAME}
+    name, delegates = _resolve(interpreter, custom_ops, op), ()
+    if op and name == "tflite-runtime":
         custom_ops = [custom_op.register]
-    name = _resolve(interpreter, custom_ops)
+    elif op and name == "ai-edge-litert":
+        delegates = [custom_op.delegate()]
+    elif op:
+        raise InterpreterUnavailable(f"{path}: {name} can neither register nor delegate the custom op "
+                                     f"{custom_op.OP_NAME} (its firmware compiles it in); run int8.tflite, builtin "
+                                     "ops only, there")
     if custom_ops and name != "tflite-runtime":
         raise InterpreterUnavailable(f"{path}: " + (
             f"the model uses custom op(s) {info['custom_ops']}, which only tflite-runtime runs (kernels registered "
             f"from Python), not {name}" if info["custom_ops"] else
             f"custom_ops are only supported with tflite-runtime, not {name}"))
-    if info["custom_ops"] and not custom_ops:
+    if info["custom_ops"] and not custom_ops and not delegates:
         raise InterpreterUnavailable(f"{path}: model uses custom op(s) {info['custom_ops']}; "
                                      "pass custom_ops=[...] registerers (tflite-runtime only)")
     int8_only = sorted(INT8_LITERT_ONLY & set(info["builtin_ops"])) if info["quantized_tensors"] else []
@@ -240,6 +254,6 @@ def load(path, interpreter: str | None = None, custom_ops=None, xnnpack: bool = 
         arena = arena_size or max(10 * len(data), 2 * act + (64 << 10))
         backend = _MicroBackend(mod, data, arena, len(info["subgraphs"][0]["outputs"]))
     else:
-        backend = _TFLiteBackend(mod, data, custom_ops, xnnpack, num_threads)
+        backend = _TFLiteBackend(mod, data, custom_ops, xnnpack, num_threads, delegates)
     return Runner(path, name, backend, info)
 
