@@ -241,8 +241,12 @@ static int64_t shift_round64(int64_t x, int e) {
   return e > 0 ? (x + ((int64_t)1 << (e - 1))) >> e : (int64_t)((uint64_t)x << -e);
 }
 
-/* floor(m 2^21 / d) for d in [2^21, 2^22]: long division in 32-bit steps (Cortex-M has no 64-bit divide). */
+/* floor(m 2^21 / d) for d in [2^21, 2^22]: long division in 32-bit steps (Cortex-M has no 64-bit divide; a 64-bit
+ * host divides once). */
 static uint32_t div_q21(uint32_t m, uint32_t d) {
+#if UINTPTR_MAX > 0xFFFFFFFFu
+  return (uint32_t)(((uint64_t)m << 21) / d);
+#else
   uint32_t q = m / d, r = m % d;
   int bits, s;
   for (bits = 21; bits > 0; bits -= s) { /* r < d <= 2^22, so r << 10 fits */
@@ -252,6 +256,7 @@ static uint32_t div_q21(uint32_t m, uint32_t d) {
     r %= d;
   }
   return q;
+#endif
 }
 
 static int32_t sat32(int64_t x) { return (int32_t)(x < INT32_MIN ? INT32_MIN : x > INT32_MAX ? INT32_MAX : x); }
@@ -461,10 +466,12 @@ static inline __attribute__((always_inline)) void linear_query_of(const EdgeoscL
   }
 }
 
-/* The portable query, unrolled for the narrow head */
+/* The portable query, unrolled for the wide and the narrow head (hosts without the DSP path run it) */
 static void linear_query_portable(const EdgeoscLinearParams *p, const int32_t *state, const int8_t *q,
                                   int8_t *out) {
-  if (narrow_head(p))
+  if (wide_head(p))
+    linear_query_of(p, state, q, out, 8, 8, EDGEOSC_LINEAR_D8_P);
+  else if (narrow_head(p))
     linear_query_of(p, state, q, out, 4, 4, EDGEOSC_LINEAR_D8_P);
   else
     linear_query_of(p, state, q, out, p->d_head, p->d_value, p->p);
