@@ -238,8 +238,8 @@ def markdown(r: dict) -> str:
     custom = [k for k in kinds if (m[k]["parity"] or {}).get("int8_file", "int8.tflite") != "int8.tflite"]
     if custom:
         lines += ["", f"The int8 file of {', '.join(custom)} is int8_custom.tflite: its linear core is the EdgeOscAttention "
-                      "op, which only tflite-runtime runs from Python (its kernel registered; no builtin graph holds the "
-                      "core's int64 sums); the other interpreters have no entry."]
+                      "op, which tflite-runtime (its kernel registered) and ai-edge-litert (the kernel as a delegate) run from "
+                      "Python; no builtin graph holds the core's int64 sums, so TFLite Micro has no entry."]
     lines += ["", "## Model files (bytes)", "", "| file | " + " | ".join(kinds) + " | ratio |",
               "|---|" + "---|" * (len(kinds) + 1)]
     files = sorted({f for k in kinds for f in ((m[k]["export"] or {}).get("files") or {})

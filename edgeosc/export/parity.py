@@ -20,7 +20,7 @@ def _run(path: Path, feats: np.ndarray, interpreter: str, xnnpack: bool = True) 
 def interpreters(xnnpack_variants: bool = True, path: str | Path | None = None) -> list[tuple[str, bool]]:
     """(interpreter, xnnpack) pairs to compare: ai-edge-litert with and without its default XNNPACK delegate
     (which takes int8 ops and rounds as float32 like fake quantization), the others as they come. A file with the
-    EdgeOscAttention op runs in tflite-runtime only (the one interpreter that registers a kernel from Python); a
+    EdgeOscAttention op runs in ai-edge-litert (a delegate) and tflite-runtime (registered), not TFLite Micro; a
     file with a builtin TFLite Micro lacks, not there (runtime.interpreters_for)."""
     out = []
     for name in runtime.available_interpreters() if path is None else runtime.interpreters_for(path):
