@@ -18,14 +18,15 @@ click>=8.1
 flatbuffers>=24.3
 scipy>=1.10
 ai-edge-litert>=2.0
-# optional: tflite-runtime (Python <= 3.11) runs int8_custom.tflite, the oscillator's EdgeOscAttention op (its kernel
-# built here with cc); onnxruntime and onnx run the int8 ONNX files, the oscillator's int8_qcdq_op.onnx with its
+# ai-edge-litert also runs int8_custom.tflite, the oscillator's EdgeOscAttention op, as a delegate (its kernel built
+# here with cc); optional: tflite-runtime (Python <= 3.11) runs it with the kernel registered; onnxruntime and onnx run
+# the int8 ONNX files, the oscillator's int8_qcdq_op.onnx with its
 # OscillatorAttention kernel (built here with cc); smbus2 (INA219/INA260 power monitor on I2C); sounddevice
 # (edgeosc listen --mic)
 """
 MODEL_FILES = ("int8.tflite", "int8_custom.tflite", "float.tflite", "manifest.json")
 ONNX_FILES = ("int8_qcdq.onnx", "int8_qcdq_op.onnx")  # from export-<kind>/onnx, beside the TFLite files
-# the C sources of the EdgeOscAttention kernel (tflite-runtime builds it on first use with cc) and of the
+# the C sources of the EdgeOscAttention kernel (built on first use with cc, for ai-edge-litert and tflite-runtime) and of the
 # OscillatorAttention kernel for onnxruntime (built likewise)
 C_SOURCES = ("export/tflite_op", "export/ort_op", "firmware_models/kernels")
 
@@ -59,9 +60,10 @@ Energy is the integral of power over the timed runs minus the idle power measure
     python -m edgeosc listen models/oscillator/int8.tflite --wav some.wav   # or --mic (pip install sounddevice)
 
 Every kind's int8.tflite has builtin ops only: ai-edge-litert runs it. The oscillator's int8_custom.tflite holds each
-of its cores as one EdgeOscAttention op, the fast path: with tflite-runtime installed (`pip install tflite-runtime`,
-Python <= 3.11) run_bench.sh times it too, its kernel compiled on first use from `export/tflite_op` and
-`firmware_models/kernels` with the board's `cc` (no torch).
+of its cores as one EdgeOscAttention op, the fast path: where the board has a C compiler (`cc`) run_bench.sh times it
+too, in ai-edge-litert with the op's kernel as a delegate (and in tflite-runtime, Python <= 3.11, where installed, the
+kernel registered), the kernel compiled on first use from `export/tflite_op` and `firmware_models/kernels` (no
+torch).
 
 With onnxruntime and onnx installed (`pip install onnxruntime onnx`) run_bench.sh also times the int8 ONNX files:
 each kind's int8_qcdq.onnx and the oscillator's int8_qcdq_op.onnx, whose OscillatorAttention nodes run in edgeosc's
@@ -92,7 +94,7 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
     (out / "README.md").write_text(_readme(kinds))
     models = " ".join(f"models/{k}/int8.tflite" for k in kinds if (out / "models" / k / "int8.tflite").is_file())
     custom = " ".join(f"models/{k}/int8_custom.tflite" for k in kinds
-                      if (out / "models" / k / "int8_custom.tflite").is_file())  # the op's fast path, tflite-runtime's
+                      if (out / "models" / k / "int8_custom.tflite").is_file())  # the op's fast path, its kernel built with cc
     onnx = " ".join(f"models/{k}/{name}" for k in kinds for name in ONNX_FILES
                     if (out / "models" / k / name).is_file())  # onnxruntime's, where it is installed
     script = out / "run_bench.sh"
@@ -104,7 +106,7 @@ cd "$(dirname "$0")"
 mkdir -p results
 PY="${{PYTHON:-python}}"
 CUSTOM=""
-if "$PY" -c "import tflite_runtime" 2>/dev/null; then CUSTOM="{custom}"; fi  # the EdgeOscAttention op's files
+if command -v cc >/dev/null 2>&1; then CUSTOM="{custom}"; fi  # the EdgeOscAttention op's files: its kernel needs cc
 ONNX=""
 if "$PY" -c "import onnxruntime, onnx" 2>/dev/null; then ONNX="{onnx}"; fi  # the ONNX files
 "$PY" -m edgeosc bench models {models} $CUSTOM $ONNX --runs 500 --json "results/bench-$(hostname).json" "$@"

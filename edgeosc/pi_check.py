@@ -8,7 +8,8 @@ need is in the bundle), `userland` (debootstrap --foreign of bookworm arm64 with
 built once under $EDGEOSC_CACHE/pi-rootfs-bookworm and renamed into place), `requirements` (the
 userland's own pip installs requirements.txt, as the bundle's README tells a Pi user), `bench`
 (run_bench.sh to the end, results JSON written, marked emulated), `listen` (on a WAV), `custom-op` (the
-EdgeOscAttention kernel built by the userland's gcc and registered with tflite-runtime; the OscillatorAttention
+EdgeOscAttention kernel built by the userland's gcc, run as ai-edge-litert's delegate and, where tflite-runtime has
+wheels, registered with it; the OscillatorAttention
 library for onnxruntime built likewise, and run where onnxruntime is installed) and `compare` (the
 int8 models' raw outputs on fixed inputs, aarch64 against x86, per interpreter).
 
@@ -231,7 +232,7 @@ def _script(path: Path, text: str) -> Path:
 
 def bench_models(bundle: Path, every: bool = False) -> list[str]:
     """The model files run_bench.sh always benches (its `bench models` line), or with every those it names at all
-    (the custom op's files join where tflite-runtime is installed, the ONNX files where onnxruntime is)."""
+    (the custom op's files join where the board has a C compiler, the ONNX files where onnxruntime is)."""
     text = (bundle / "run_bench.sh").read_text()
     if not every:
         text = next((line for line in text.splitlines() if "-m edgeosc bench models" in line), "")
@@ -277,15 +278,11 @@ def fixed_inputs(shape, dtype, n: int = N_INPUTS, seed: int = 0) -> np.ndarray:
 
 
 def model_cases(bundle: Path) -> list[tuple[str, str, bool]]:
-    """(model file, interpreter, custom op) to compare: each int8.tflite under LiteRT and tflite-runtime,
-    each int8_custom.tflite under tflite-runtime with the EdgeOscAttention kernel."""
-    cases = []
-    for m in sorted((bundle / "models").glob("*/int8.tflite")):
-        rel = str(m.relative_to(bundle))
-        cases += [(rel, "ai-edge-litert", False), (rel, "tflite-runtime", False)]
-    for m in sorted((bundle / "models").glob("*/int8_custom.tflite")):
-        cases.append((str(m.relative_to(bundle)), "tflite-runtime", True))
-    return cases
+    """(model file, interpreter, custom op) to compare: each int8.tflite under LiteRT and tflite-runtime, each
+    int8_custom.tflite likewise with the EdgeOscAttention kernel (a delegate in LiteRT, registered in tflite-runtime)."""
+    return [(str(m.relative_to(bundle)), interp, m.name == "int8_custom.tflite")
+            for name in ("int8.tflite", "int8_custom.tflite") for m in sorted((bundle / "models").glob(f"*/{name}"))
+            for interp in ("ai-edge-litert", "tflite-runtime")]
 
 
 def outputs(bundle: Path, inputs: Path, out: Path, interpreters=None) -> dict:
@@ -377,7 +374,8 @@ class _Steps:
 def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_LSB, suite: str = SUITE) -> dict:
     """Run every step on a copy of the bundle in the userland of Debian `suite`; returns (and writes to
     WORK/pi-check.json) the summary. Where tflite-runtime has no wheels for the suite's Python (3.12 on), the
-    custom op's step is skipped, named, and the outputs are compared in the interpreters both sides ran."""
+    custom op runs as ai-edge-litert's delegate alone, and the outputs are compared in the interpreters both sides
+    ran."""
     t0 = time.monotonic()
     bundle = Path(bundle).resolve()
     if not bundle.is_dir():
@@ -409,7 +407,8 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
     if custom:
         echo(f"[requirements] + {CUSTOM_OP_RUNTIME} for the custom op (not in the bundle's requirements)")
         steps.run("requirements", [*pip, "--no-deps", "--target", extra, CUSTOM_OP_RUNTIME])
-    env = dict(os.environ, PYTHONPATH=str(site), PYTHON=str(py), PYTHONDONTWRITEBYTECODE="1")
+    # CC: the emulated python builds the op's kernel (run_bench.sh times int8_custom.tflite) with the userland's gcc
+    env = dict(os.environ, PYTHONPATH=str(site), PYTHON=str(py), PYTHONDONTWRITEBYTECODE="1", CC=str(gcc))
     env.pop("VIRTUAL_ENV", None)
     # every step's builds in a cache of the check's own: QEMU's user mode finds host paths where the userland has no
     # file, so a shared ~/.cache/edgeosc would hand the emulated python the host's x86-64 libraries
@@ -432,14 +431,11 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
     echo(f"[listen] python -m edgeosc listen {models[0]} --wav clip.wav")
     heard = steps.run("listen", [py, "-m", "edgeosc", "listen", models[0], "--wav", wav], cwd=copy, env=env)
 
-    env_op = dict(env, PYTHONPATH=f"{site}:{extra}" if custom else str(site), CC=str(gcc))
-    if custom:
-        echo("[custom-op] EdgeOscAttention built by the userland's gcc (cc1, as, ld under QEMU), registered")
-        op = steps.run("custom-op", [py, "-m", "edgeosc.pi_check", "build-op"], cwd=copy, env=env_op).stdout.strip()
-        echo(f"[custom-op] {op.splitlines()[-1] if op else ''}")
-    else:
-        op = f"skipped: tflite-runtime, which registers the op from Python, has no wheels for {python}"
-        echo(f"[custom-op] {op}")
+    env_op = dict(env, PYTHONPATH=f"{site}:{extra}" if custom else str(site))
+    echo("[custom-op] EdgeOscAttention built by the userland's gcc (cc1, as, ld under QEMU): ai-edge-litert's "
+         "delegate" + (", registered with tflite-runtime" if custom else f" (tflite-runtime has no wheels for {python})"))
+    op = steps.run("custom-op", [py, "-m", "edgeosc.pi_check", "build-op"], cwd=copy, env=env_op).stdout.strip()
+    echo(f"[custom-op] {op.splitlines()[-1] if op else ''}")
 
     echo(f"[compare] raw int8 outputs on {N_INPUTS} fixed inputs per model, aarch64 vs x86")
     inputs = work / "inputs.npz"
@@ -495,8 +491,9 @@ def check_run(run, cache=None, echo=print) -> dict:
 
 
 def _build_op() -> str:
-    """Inside the userland: build the kernel with $CC (the userland's gcc) and register it with tflite-runtime; build
-    the OscillatorAttention library for onnxruntime too, and run the *_op.onnx files with it where onnxruntime is."""
+    """Inside the userland: build the kernel with $CC (the userland's gcc), run int8_custom.tflite with it as
+    ai-edge-litert's delegate and, where tflite-runtime is installed, registered; build the OscillatorAttention
+    library for onnxruntime too, and run the *_op.onnx files with it where onnxruntime is."""
     import ctypes
     import importlib.util
     import platform
@@ -511,10 +508,13 @@ def _build_op() -> str:
     line = f"{lib.name} for {platform.machine()} built by {compiler_version((os.environ.get('CC', 'gcc'),))}"
     from . import runtime
     models = sorted(Path("models").glob("*/int8_custom.tflite"))
-    for m in models:  # registered with tflite-runtime's op resolver, then invoked
-        r = runtime.load(m, interpreter="tflite-runtime", custom_ops=[custom_op.register])
-        r.run_raw(*[np.zeros(t.shape, t.dtype) for t in r.inputs])
-    line += f"; registered with tflite-runtime {_version('tflite-runtime')}: {len(models)} int8_custom.tflite ran"
+    for interp in runtime.OP_INTERPRETERS:  # a delegate in ai-edge-litert, registered in tflite-runtime
+        if interp not in runtime.available_interpreters():
+            continue
+        for m in models:
+            r = runtime.load(m, interpreter=interp)
+            r.run_raw(*[np.zeros(t.shape, t.dtype) for t in r.inputs])
+        line += f"; {interp} {_version(interp)}: {len(models)} int8_custom.tflite ran"
     try:
         ort_lib = ort_op.build()
     except RuntimeError as e:

@@ -192,7 +192,8 @@ def test_the_bundle_carries_the_onnx_files_and_their_ops_source(tmp_path):
     oscillator's *_op.onnx with its OscillatorAttention kernel built from the bundle's export/ort_op."""
     from edgeosc.deploy import build_bundle
     run = tmp_path / "run"
-    for kind, names in (("oscillator", ("tflite/int8.tflite", "onnx/int8_qcdq.onnx", "onnx/int8_qcdq_op.onnx")),
+    for kind, names in (("oscillator", ("tflite/int8.tflite", "tflite/int8_custom.tflite", "onnx/int8_qcdq.onnx",
+                                        "onnx/int8_qcdq_op.onnx")),
                         ("softmax", ("tflite/int8.tflite", "onnx/int8_qcdq.onnx", "onnx/float.onnx"))):
         for name in names:
             (run / f"export-{kind}" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -202,6 +203,9 @@ def test_the_bundle_carries_the_onnx_files_and_their_ops_source(tmp_path):
         "models/oscillator/int8_qcdq.onnx", "models/oscillator/int8_qcdq_op.onnx", "models/softmax/int8_qcdq.onnx"]
     script = (b / "run_bench.sh").read_text()
     assert 'import onnxruntime, onnx' in script and "$ONNX" in script
+    assert "command -v cc" in script and "models/oscillator/int8_custom.tflite" in pc.bench_models(b, every=True)
+    custom = [(interp, op) for rel, interp, op in pc.model_cases(b) if rel.endswith("int8_custom.tflite")]
+    assert custom == [("ai-edge-litert", True), ("tflite-runtime", True)]  # the op: a delegate, or registered
     assert pc.bench_models(b) == ["models/oscillator/int8.tflite", "models/softmax/int8.tflite"]  # always
     assert "models/oscillator/int8_qcdq_op.onnx" in pc.bench_models(b, every=True)
     pc.check_files(b)
