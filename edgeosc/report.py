@@ -486,8 +486,9 @@ def readme_table(r: dict) -> str:
                        f"{num(get(k, 'estimate', 'targets', 'cortex-m4', 'stack_bytes'))} B")
     row("C firmware: flash (weights, tables, parameters) / RAM arena / stack (measured)", firmware)
     for runtime, file, what in (("tflite-runtime", "int8_custom.tflite", "int8 file"),
+                                ("ai-edge-litert", "int8_custom.tflite", "int8 file"),  # the op as a delegate
                                 ("ai-edge-litert", "int8.tflite", "int8.tflite")):
-        x = _latency_row(r, runtime, file) or _latency_row(r, runtime, "int8.tflite")
+        x = _latency_row(r, runtime, file) or (runtime == "tflite-runtime" and _latency_row(r, runtime, "int8.tflite"))
         if x:
             row(f"latency, {what}, {runtime} (measured here)",
                 lambda k: isinstance(x.get(k), dict) and f"{x[k]['median_ms']:.3f} ms" + (

@@ -121,7 +121,8 @@ def test_the_readme_table_and_block_come_from_the_runs_report(whole, tmp_path):
         "test accuracy, float / int8 QAT (measured)", "int8 file, tflite-runtime (measured)",
         "int8.tflite, builtin ops, ai-edge-litert / TFLite Micro (measured)", "parameters / MACs per inference",
         "int8 file size", "C firmware: flash (weights, tables, parameters) / RAM arena / stack (measured)",
-        "latency, int8 file, tflite-runtime (measured here)", "latency, int8.tflite, ai-edge-litert (measured here)",
+        "latency, int8 file, tflite-runtime (measured here)", "latency, int8 file, ai-edge-litert (measured here)",
+        "latency, int8.tflite, ai-edge-litert (measured here)",
         "Cortex-M4, STM32L4R5 @ 120 MHz, whole model (estimated)",
         "oscillator / softmax, oscillator / DS-CNN, Cortex-M4 energy (estimated)",
         f"always on, one frame a 20 ms hop, {r['scaling']['stream'][0]['window']}-frame window, STM32L4R5 (estimated)"]
@@ -132,6 +133,7 @@ def test_the_readme_table_and_block_come_from_the_runs_report(whole, tmp_path):
     custom = m["oscillator"]["export"]["files"]["tflite/int8_custom.tflite"]
     assert rows["int8 file size"][0].startswith(f"{custom:,} B")
     assert rows["int8 file size"][3].strip(" |") == ""  # Kuramoto: no int8 file
+    assert rows["latency, int8 file, ai-edge-litert (measured here)"][0].endswith("ms (int8_custom)")  # a delegate
 
     # --write replaces the marked block and nothing else, and copies the run's plot beside the file
     begin, end = README_MARKERS
