@@ -50,14 +50,15 @@ def cost(cfg: ModelConfig, n_frames: int, cache_dir: str | Path) -> dict:
 
 def collect(run_dirs) -> dict:
     """Run folders (or folders holding them) -> {(dataset, quant, kind, size): dict(acc=[...], cfg, n_frames)}, each
-    run's test accuracy in percent; a run is a folder with results.json and best.pt."""
+    run's test accuracy in percent; a run is a folder with results.json and best.pt. The size names the preset and,
+    where the heads are narrowed (ModelConfig.d_head), their width."""
     from ..checkpoint import load_checkpoint
     from ..train import finished_runs
     groups: dict = defaultdict(lambda: dict(acc=[]))
     for folder, res in finished_runs(run_dirs):
         ckpt = load_checkpoint(folder / "best.pt")
-        g = groups[(res.get("dataset") or ckpt.data_cfg.dataset, res.get("quant") or "float", res["attention"],
-                    res["size"])]
+        size = res["size"] + (f", d_h {ckpt.model_cfg.d_head}" if getattr(ckpt.model_cfg, "d_head", 0) else "")
+        g = groups[(res.get("dataset") or ckpt.data_cfg.dataset, res.get("quant") or "float", res["attention"], size)]
         g["acc"].append(100 * res["test_accuracy"])
         g.setdefault("cfg", ckpt.model_cfg)
         g.setdefault("n_frames", ckpt.feature_cfg.n_frames)
