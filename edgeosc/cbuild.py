@@ -30,7 +30,7 @@ CORE_SOURCES = (KERNELS / "edgeosc_fixedpoint.c", KERNELS / "edgeosc_attention.c
 OPS_SOURCES = (KERNELS / "edgeosc_ops.c", KERNELS / "dsp" / "edgeosc_matrix_dsp.S",
                KERNELS / "dsp" / "edgeosc_depthwise_dsp.S")
 KERNEL_SOURCES = (*CORE_SOURCES, *OPS_SOURCES)
-CFLAGS = ("-std=c99", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")  # build_shared's
+CFLAGS = ("-std=c99", "-O2", "-funroll-loops", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")  # build_shared's
 
 
 def firmware_name(kind: str) -> str:

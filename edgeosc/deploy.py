@@ -26,8 +26,8 @@ ai-edge-litert>=2.0
 """
 MODEL_FILES = ("int8.tflite", "int8_custom.tflite", "float.tflite", "manifest.json")
 ONNX_FILES = ("int8_qcdq.onnx", "int8_qcdq_op.onnx")  # from export-<kind>/onnx, beside the TFLite files
-# the C sources of the EdgeOscAttention kernel (built on first use with cc, for ai-edge-litert and tflite-runtime) and of the
-# OscillatorAttention kernel for onnxruntime (built likewise)
+# the C sources of the EdgeOscAttention kernel (built on first use with cc, for ai-edge-litert and tflite-runtime)
+# and of the OscillatorAttention kernel for onnxruntime (built likewise)
 C_SOURCES = ("export/tflite_op", "export/ort_op", "firmware_models/kernels")
 
 
@@ -94,7 +94,7 @@ def build_bundle(run_dir: str | Path, out: str | Path | None = None, archive: bo
     (out / "README.md").write_text(_readme(kinds))
     models = " ".join(f"models/{k}/int8.tflite" for k in kinds if (out / "models" / k / "int8.tflite").is_file())
     custom = " ".join(f"models/{k}/int8_custom.tflite" for k in kinds
-                      if (out / "models" / k / "int8_custom.tflite").is_file())  # the op's fast path, its kernel built with cc
+                      if (out / "models" / k / "int8_custom.tflite").is_file())  # the op's fast path (cc builds it)
     onnx = " ".join(f"models/{k}/{name}" for k in kinds for name in ONNX_FILES
                     if (out / "models" / k / name).is_file())  # onnxruntime's, where it is installed
     script = out / "run_bench.sh"

@@ -279,7 +279,8 @@ def fixed_inputs(shape, dtype, n: int = N_INPUTS, seed: int = 0) -> np.ndarray:
 
 def model_cases(bundle: Path) -> list[tuple[str, str, bool]]:
     """(model file, interpreter, custom op) to compare: each int8.tflite under LiteRT and tflite-runtime, each
-    int8_custom.tflite likewise with the EdgeOscAttention kernel (a delegate in LiteRT, registered in tflite-runtime)."""
+    int8_custom.tflite likewise with the EdgeOscAttention kernel (a delegate in LiteRT, registered in
+    tflite-runtime)."""
     return [(str(m.relative_to(bundle)), interp, m.name == "int8_custom.tflite")
             for name in ("int8.tflite", "int8_custom.tflite") for m in sorted((bundle / "models").glob(f"*/{name}"))
             for interp in ("ai-edge-litert", "tflite-runtime")]
@@ -433,7 +434,8 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
 
     env_op = dict(env, PYTHONPATH=f"{site}:{extra}" if custom else str(site))
     echo("[custom-op] EdgeOscAttention built by the userland's gcc (cc1, as, ld under QEMU): ai-edge-litert's "
-         "delegate" + (", registered with tflite-runtime" if custom else f" (tflite-runtime has no wheels for {python})"))
+         "delegate" + (", registered with tflite-runtime" if custom else
+                       f" (tflite-runtime has no wheels for {python})"))
     op = steps.run("custom-op", [py, "-m", "edgeosc.pi_check", "build-op"], cwd=copy, env=env_op).stdout.strip()
     echo(f"[custom-op] {op.splitlines()[-1] if op else ''}")
 
