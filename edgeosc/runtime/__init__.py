@@ -202,11 +202,11 @@ def _resolve(interpreter: str | None, custom_ops, op: bool = False) -> str:
         return name
     names = available_interpreters()
     if custom_ops or op:
-        names = [n for n in names if n == "tflite-runtime" or (op and n in OP_INTERPRETERS)]
+        names = [n for n in names if n in (OP_INTERPRETERS if op else ("tflite-runtime",))]
     if not names:
-        raise InterpreterUnavailable("no TFLite interpreter installed (pip install ai-edge-litert)" if not custom_ops
-                                     and not op else "custom_ops need tflite-runtime, which is not installed" if
-                                     custom_ops else "EdgeOscAttention needs ai-edge-litert or tflite-runtime")
+        raise InterpreterUnavailable("custom_ops need tflite-runtime, which is not installed" if custom_ops else
+                                     f"{custom_op.OP_NAME} needs ai-edge-litert or tflite-runtime" if op else
+                                     "no TFLite interpreter installed (pip install ai-edge-litert)")
     return names[0]
 
 
