@@ -48,6 +48,16 @@ def cost(cfg: ModelConfig, n_frames: int, cache_dir: str | Path) -> dict:
     return out
 
 
+def _narrowed(cfg) -> str:
+    """', d_h N' for a transformer whose heads are narrower than its size preset's (more of them), else ''."""
+    from ..models import kws
+    if cfg.attention == "ds-cnn":
+        return ""
+    d, h, _ = kws.SIZES[cfg.size]
+    full = kws.resolve(cfg)
+    return f", d_h {full.d_model // full.heads}" if full.d_model // full.heads != d // h else ""
+
+
 def collect(run_dirs) -> dict:
     """Run folders (or folders holding them) -> {(dataset, quant, kind, size): dict(acc=[...], cfg, n_frames)}, each
     run's test accuracy in percent; a run is a folder with results.json and best.pt. The size names the preset and,
@@ -57,7 +67,7 @@ def collect(run_dirs) -> dict:
     groups: dict = defaultdict(lambda: dict(acc=[]))
     for folder, res in finished_runs(run_dirs):
         ckpt = load_checkpoint(folder / "best.pt")
-        size = res["size"] + (f", d_h {ckpt.model_cfg.d_head}" if getattr(ckpt.model_cfg, "d_head", 0) else "")
+        size = res["size"] + _narrowed(ckpt.model_cfg)
         g = groups[(res.get("dataset") or ckpt.data_cfg.dataset, res.get("quant") or "float", res["attention"], size)]
         g["acc"].append(100 * res["test_accuracy"])
         g.setdefault("cfg", ckpt.model_cfg)
