@@ -372,6 +372,26 @@ def test_custom_op_streams_as_the_windowed_core(gated):
                    [a[:, :1] for a in xs] + [np.zeros(3, np.int32)])
 
 
+def test_the_op_runs_in_either_interpreter_and_names_a_bad_file(tmp_path):
+    """ai-edge-litert runs the op as a delegate, tflite-runtime registered: the reference's integers in both; a file
+    whose options the kernel refuses is an error naming the file, in both."""
+    from edgeosc import runtime
+    rng = np.random.default_rng(3)
+    q, k, v, r, g = case(rng, 2, 49, 8, 8, True)
+    path = tmp_path / "op.tflite"
+    path.write_bytes(linear_op_model((2, 49, 8, 8), SCALES, ZP, 4, True))
+    want = L.linear_core_int8(L.linear_quant_from_scales(SCALES, 8, 4, ZP), q, k, v, r, g)
+    for name in runtime.OP_INTERPRETERS:
+        if name in runtime.available_interpreters():
+            np.testing.assert_array_equal(runtime.load(path, name).run_raw(q, k, v, r, g[:, None, :]), want)
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(linear_op_model((1, 4, 4, 4), SCALES, ZP, 2, False, window=2))  # a window that is not causal
+    for name in runtime.OP_INTERPRETERS:
+        if name in runtime.available_interpreters():
+            with pytest.raises(runtime.ModelFileError, match=f"bad.tflite: {name} cannot prepare it: .*bad custom"):
+                runtime.load(bad, name)
+
+
 def test_custom_op_refuses_bad_linear_settings():
     from edgeosc.export.tflite import custom_op as tflite_op
 

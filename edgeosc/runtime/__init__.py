@@ -254,6 +254,9 @@ def load(path, interpreter: str | None = None, custom_ops=None, xnnpack: bool = 
         arena = arena_size or max(10 * len(data), 2 * act + (64 << 10))
         backend = _MicroBackend(mod, data, arena, len(info["subgraphs"][0]["outputs"]))
     else:
-        backend = _TFLiteBackend(mod, data, custom_ops, xnnpack, num_threads, delegates)
+        try:
+            backend = _TFLiteBackend(mod, data, custom_ops, xnnpack, num_threads, delegates)
+        except (RuntimeError, ValueError) as e:  # a graph the interpreter (or the op's kernel) refuses to prepare
+            raise ModelFileError(f"{path}: {name} cannot prepare it: {str(e).strip().splitlines()[0]}") from None
     return Runner(path, name, backend, info)
 
