@@ -21,7 +21,7 @@ def assert_one_line_error(res, *needles):
 
 COMMANDS = ([], ["data"], ["data", "synth"], ["data", "info"], ["train"], ["eval"], ["export"], ["bench"],
             ["bench", "models"], ["bench", "pair"], ["bench", "attention"], ["report"], ["report", "write"],
-            ["report", "readme"], ["report", "seeds"], ["deploy"], ["listen"], ["stream-eval"], ["pipeline"], ["sweep"],
+            ["report", "readme"], ["report", "seeds"], ["report", "paired"], ["deploy"], ["listen"], ["stream-eval"], ["pipeline"], ["sweep"],
             ["lab"], ["lab", "dynamics"], ["lab", "sharpness"], ["lab", "robustness"])
 
 

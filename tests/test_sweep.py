@@ -1,6 +1,7 @@
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,17 @@ def test_run_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
     assert rows[0]["final_train_loss"] == history[-1]["train_loss"]
     table = CliRunner().invoke(main, ["report", "seeds", str(tmp_path / "out")])
     assert table.exit_code == 0 and table.output.count("synth") == 3, table.output
+    # the same grid again with every run 10 points better: paired by run name, A - B is -10 with no spread
+    shutil.copytree(tmp_path / "out", tmp_path / "better")
+    for r in rows:
+        res = tmp_path / "better" / r["run"] / "results.json"
+        res.write_text(json.dumps(dict(json.loads(res.read_text()), test_accuracy=r["test_accuracy"] + 0.1)))
+    paired = CliRunner().invoke(main, ["report", "paired", str(tmp_path / "out"), str(tmp_path / "better"), "--json"])
+    assert paired.exit_code == 0, paired.output
+    (row,) = json.loads(paired.output)
+    assert row["quant"] == "float" and row["n"] == 3 and row["diff"] == pytest.approx(-10) and row["se"] < 1e-9
+    alone = CliRunner().invoke(main, ["report", "paired", str(tmp_path / "out"), str(tmp_path / "cache")])
+    assert alone.exit_code != 0 and "no finished runs of the same name" in alone.output
     said = []
     again = sweep.run_sweep(spec, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False, echo=said.append)
     assert again == rows and not any(s.startswith("[") for s in said)  # nothing retrained

@@ -1,4 +1,4 @@
-"""Reports: a pipeline run's, and accuracy over seeds."""
+"""Reports: a pipeline run's, accuracy over seeds, paired differences, accuracy per joule."""
 from __future__ import annotations
 
 import json
@@ -13,11 +13,12 @@ from .app import Ordered, friendly_errors, main
 
 @main.group(cls=Ordered)
 def report():
-    """Run reports, the README table, seeds, accuracy per joule.
+    """Run reports, the README table, accuracy over runs.
 
     write: (re)write a pipeline run's report, with board measurements; readme: the README's summary table
-    from a run's report; seeds: mean +- std of test accuracy over seeds, per setting, of any run folders; joule:
-    each kind and size's accuracy against its estimated Cortex-M4 energy, flash and RAM.
+    from a run's report; seeds: mean +- std of test accuracy over seeds, per setting, of any run folders; paired: A
+    minus B run by run, with its standard error (a lever's effect); joule: each kind and size's accuracy against its
+    estimated Cortex-M4 energy, flash and RAM.
     """
 
 
@@ -92,6 +93,46 @@ def report_seeds(run_dirs, as_json):
     for r in rows:
         click.echo(f"{r['dataset']:<16}{r['attention']:<{aw}}{r['size']:<8}{r['d_osc']:>6}{r['p']:>3}{r['n']:>4}  "
                    f"{r['mean']:6.2f} +- {r['std']:.2f}")
+
+
+@report.command("paired")
+@click.argument("a", type=click.Path(exists=True, file_okay=False))
+@click.argument("b", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def report_paired(a, b, as_json):
+    """A minus B in accuracy, run by run: a lever's effect.
+
+    Runs of the same name under A and B (the path below each: a fold and a seed, as `edgeosc train --out A/NAME` in
+    a loop or two sweeps of one grid write them) are paired; per quantization (float, QAT / PTQ) the mean of each
+    side, the mean difference and its standard error over the pairs. One pair is a probe; the proxy's runs move by
+    points, so a lever needs several.
+    """
+    import math
+
+    from ..train import finished_runs
+    runs = [{f.relative_to(root).as_posix(): res for f, res in finished_runs([root])} for root in (a, b)]
+    groups = defaultdict(list)
+    for name in sorted(set(runs[0]) & set(runs[1])):
+        ra, rb = runs[0][name], runs[1][name]
+        if (ra.get("quant") or "float") == (rb.get("quant") or "float"):
+            groups[ra.get("quant") or "float"].append((name, 100 * ra["test_accuracy"], 100 * rb["test_accuracy"]))
+    if not groups:
+        raise click.ClickException(f"no finished runs of the same name under both {a} and {b}")
+    rows = []
+    for quant, pairs in sorted(groups.items()):
+        diffs = [x - y for _, x, y in pairs]
+        rows.append(dict(quant=quant, n=len(pairs), a=statistics.mean(x for _, x, _ in pairs),
+                         b=statistics.mean(y for _, _, y in pairs), diff=statistics.mean(diffs),
+                         se=statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else None,
+                         runs={name: round(x - y, 4) for name, x, y in pairs}))
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    click.echo(f"A = {a}, B = {b}: test accuracy %, paired by run name")
+    for r in rows:
+        se = "" if r["se"] is None else f" (standard error {r['se']:.2f})"
+        click.echo(f"{r['quant']:<10} n {r['n']:>3}   A {r['a']:6.2f}   B {r['b']:6.2f}   A - B {r['diff']:+.2f}{se}")
 
 
 @report.command("joule")
