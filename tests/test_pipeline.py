@@ -225,13 +225,18 @@ def test_the_key_gate_is_the_oscillators_alone(tmp_path):
     assert models["train-oscillator"]["key_gate"] and not models["train-softmax"]["key_gate"]
 
 
-def test_fsdd_whole_clip_models_default_to_the_active_frame_mean(tmp_path):
-    """FSDD's whole-clip models, every kind and DS-CNN's MFCC input alike, take the active-frame mean unless normalize
-    is given; the synthetic set and streaming models keep theirs; sweeps resolve the same way."""
+def test_fsdd_whole_clip_models_default_to_the_real_speech_front_end(tmp_path):
+    """FSDD's whole-clip models, every kind alike, take the active-frame mean unless normalize is given and DS-CNN's
+    10 MFCCs to 4 kHz unless n_mfcc or f_max is; the synthetic set and streaming models keep theirs; sweeps resolve
+    the same way."""
     from edgeosc import sweep
+    from edgeosc.config import FeatureConfig
     fsdd = {"data.dataset": "fsdd", "data.data_dir": str(tmp_path)}
     cfg = load_config(None, fsdd)
     assert cfg.features.normalize == cfg.dscnn_features.normalize == "active" and cfg.dscnn_features.n_mfcc == 10
+    assert cfg.features == cfg.dscnn_features  # every kind on DS-CNN's front end: 10 MFCCs to 4 kHz
+    logmel = load_config(None, {**fsdd, "features.n_mfcc": 0}).features  # given: the front end's group is the user's
+    assert (logmel.n_mfcc, logmel.f_max, logmel.normalize) == (0, FeatureConfig().f_max, "active")
     assert load_config(None, {**fsdd, "model.attention": "ds-cnn"}).features.normalize == "active"
     assert load_config(None, {**fsdd, "features.normalize": "utterance"}).features.normalize == "utterance"
     assert load_config(None, {**fsdd, "model.window": 49, "model.attention": "softmax"}).features.normalize == \

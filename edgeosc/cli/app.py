@@ -109,7 +109,8 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--rotate-anchors", "model.rotate_anchors", None),
     ("--distance-bias", "model.distance_bias", "Streaming softmax: a fixed penalty per frame of distance on each "
      "head's scores (ALiBi's relative position); off: the causal stem is its only position signal"),
-    ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands; >0: that many MFCCs"),
+    ("--n-mfcc", "features.n_mfcc", "0: 40 log-mel bands (the synthetic set's default); >0: that many MFCCs (FSDD's "
+     "whole-clip default: 10 from bands to 4 kHz, DS-CNN's front end, for every kind)"),
     ("--normalize", "features.normalize", "Per-clip mean subtraction of the features: over every frame "
      "(utterance; the synthetic set's default) or over the frames within 30 dB of the clip's loudest (active: for "
      "recordings padded with silence, FSDD's default); what a stream can compute: running (each frame less the mean "
