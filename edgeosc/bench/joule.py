@@ -61,13 +61,14 @@ def _narrowed(cfg) -> str:
 def collect(run_dirs) -> dict:
     """Run folders (or folders holding them) -> {(dataset, quant, kind, size): dict(acc=[...], cfg, n_frames)}, each
     run's test accuracy in percent; a run is a folder with results.json and best.pt. The size names the preset and,
-    where the heads are narrowed (ModelConfig.d_head), their width."""
+    where they differ from it, the heads' width (ModelConfig.d_head) and a transformer's MFCC input."""
     from ..checkpoint import load_checkpoint
     from ..train import finished_runs
     groups: dict = defaultdict(lambda: dict(acc=[]))
     for folder, res in finished_runs(run_dirs):
         ckpt = load_checkpoint(folder / "best.pt")
-        size = res["size"] + _narrowed(ckpt.model_cfg)
+        mfcc = ckpt.feature_cfg.n_mfcc if ckpt.model_cfg.attention != "ds-cnn" else 0  # DS-CNN: always MFCCs
+        size = res["size"] + _narrowed(ckpt.model_cfg) + (f", {mfcc} MFCCs" if mfcc else "")
         g = groups[(res.get("dataset") or ckpt.data_cfg.dataset, res.get("quant") or "float", res["attention"], size)]
         g["acc"].append(100 * res["test_accuracy"])
         g.setdefault("cfg", ckpt.model_cfg)
