@@ -114,14 +114,14 @@ class FeatureConfig:
 # set keeps the per-clip mean (its noisy clips have no padding, and lose 1-2 points with it). Every kind also reads
 # DS-CNN's front end there, MLPerf Tiny's 10 MFCCs from 40 bands to 4 kHz (REAL_SPEECH_FEATURES). A stream's
 # features need a causal mean: streaming models keep theirs.
-ACTIVE_MEAN_DATASETS = ("fsdd",)
+REAL_SPEECH_DATASETS = ("fsdd",)
 REAL_SPEECH_FEATURES = ({"normalize": "active"}, {"n_mfcc": 10, "f_max": 4000.0})  # each group given whole or not
 
 
 def with_dataset_defaults(data: dict, model: dict, features: dict) -> dict:
     """A features table (a config spec's, as TOML gives it) with the defaults that follow the dataset: for the
-    whole-clip models of ACTIVE_MEAN_DATASETS, each group of REAL_SPEECH_FEATURES of which the table gives no key."""
-    if data.get("dataset") not in ACTIVE_MEAN_DATASETS or model.get("window"):
+    whole-clip models of REAL_SPEECH_DATASETS, each group of REAL_SPEECH_FEATURES of which the table gives no key."""
+    if data.get("dataset") not in REAL_SPEECH_DATASETS or model.get("window"):
         return features
     return {**{k: v for group in REAL_SPEECH_FEATURES if not set(group) & set(features) for k, v in group.items()},
             **features}
