@@ -74,7 +74,8 @@ typedef struct { /* edgeosc_dw3_rows's job; its field order is the assembly's (e
  * >= 2 divides; for r = 0 it is x + floor((1 - [x < 0]) / 2)). 2x fits: code generation bounds |acc| < 2^30 there. */
 __attribute__((always_inline)) static inline int8_t dw3_out(int32_t acc, const Dw3Job *job, int32_t near, int32_t c) {
   const int32_t x = edgeosc_smmulr(acc, job->m2) + acc;
-  return (int8_t)__ssat(near < 0 ? edgeosc_smmulr(x, job->kc) + job->zp : __qadd(2 * x + (x >> 31), c) >> (near + 1), 8);
+  return (int8_t)__ssat(near < 0 ? edgeosc_smmulr(x, job->kc) + job->zp : __qadd(2 * x + (x >> 31), c) >> (near + 1),
+                        8);
 }
 
 __attribute__((always_inline)) static inline void dw3_rows_c(const Dw3Job *job, int32_t near) {
@@ -193,7 +194,8 @@ static void depthwise3x3_dsp(const EdgeoscConvParams *p, const int8_t *in, int8_
       Dw3Job job;
       job.slots = planes + k, job.records = records + k, job.m2 = q[0];
       job.w[0] = pk[0], job.w[1] = pk[1], job.w[2] = pk[2], job.w[3] = pk[3], job.w[4] = pk[4], job.w[5] = pk[5];
-      job.bias = pk[6], job.kc = q[1] >= 2 ? (int32_t)((1u << (32 - q[1])) + 1u) : 0, job.cols = p->out_w, job.skip = 16 * (16 - J);
+      job.bias = pk[6], job.kc = q[1] >= 2 ? (int32_t)((1u << (32 - q[1])) + 1u) : 0, job.cols = p->out_w;
+      job.skip = 16 * (16 - J);
       job.zp = p->zp_out;
       if (q[1] >= 2)
         edgeosc_dw3_rows(&job);
