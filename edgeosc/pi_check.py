@@ -277,11 +277,11 @@ def fixed_inputs(shape, dtype, n: int = N_INPUTS, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(info.min, info.max + 1, size=(n, *shape[1:]), dtype=np.dtype(dtype))
 
 
-def model_cases(bundle: Path) -> list[tuple[str, str, bool]]:
-    """(model file, interpreter, custom op) to compare: each int8.tflite under LiteRT and tflite-runtime, each
-    int8_custom.tflite likewise with the EdgeOscAttention kernel (a delegate in LiteRT, registered in
+def model_cases(bundle: Path) -> list[tuple[str, str]]:
+    """(model file, interpreter) to compare: each int8.tflite under LiteRT and tflite-runtime, each int8_custom.tflite
+    likewise with the EdgeOscAttention kernel (runtime.load gives it: a delegate in LiteRT, registered in
     tflite-runtime)."""
-    return [(str(m.relative_to(bundle)), interp, m.name == "int8_custom.tflite")
+    return [(str(m.relative_to(bundle)), interp)
             for name in ("int8.tflite", "int8_custom.tflite") for m in sorted((bundle / "models").glob(f"*/{name}"))
             for interp in ("ai-edge-litert", "tflite-runtime")]
 
@@ -291,7 +291,7 @@ def outputs(bundle: Path, inputs: Path, out: Path, interpreters=None) -> dict:
     from . import runtime
     have = runtime.available_interpreters()
     data, res, versions = np.load(inputs), {}, {}
-    for rel, interp, _ in model_cases(bundle):
+    for rel, interp in model_cases(bundle):
         if interp not in have or (interpreters and interp not in interpreters):
             continue
         runner = runtime.load(bundle / rel, interpreter=interp)  # int8_custom's op: its kernel without asking
@@ -472,7 +472,7 @@ def check_bundle(bundle, work=None, cache=None, echo=print, max_lsb: int = MAX_L
 def _write_inputs(bundle: Path, path: Path) -> None:
     from .runtime.tflite_file import check_tflite
     arrays = {}
-    for rel, _, _ in model_cases(bundle):
+    for rel, _ in model_cases(bundle):
         if rel not in arrays:
             t = check_tflite((bundle / rel).read_bytes(), name=rel)["subgraphs"][0]["inputs"][0]
             arrays[rel] = fixed_inputs(t["shape"], t["dtype"], seed=len(arrays))
