@@ -125,7 +125,7 @@ def kernel_case(spec: dict, rng) -> tuple[str, list, dict, int]:
     if spec["op"] == "DEPTHWISE_CONV_2D":
         geo = {name: getattr(f, name) for name in ("in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w",
                                                     "stride_h", "stride_w", "dil_h", "dil_w", "pad_top", "pad_left")}
-        near = dsp if dsp is not None or spec.get("runtime_requant") else dsp_requant(mult, shift, 0)
+        near = None if spec.get("runtime_requant") else dsp_requant(mult, shift, 0)  # the planes take shift 0 too
         packs = depthwise3x3_packs(geo, c, oc, lo, hi, near, w, bufs["bias"], f.zp_in)
         if packs:
             bufs["packed"], bufs["dsp"] = pack_depthwise3x3(w, bufs["bias"], f.zp_in), near

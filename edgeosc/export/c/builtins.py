@@ -113,7 +113,7 @@ class BuiltinOps:
         f = p.fields
         bias = None if f["bias"] is None else self.g.tensors[f["bias"].tensor].data
         rq = f["rq"].fields  # the planes take a shift of 0 too, which the other DSP kernels cannot
-        dsp = rq["dsp"].values if rq["dsp"] is not None else dsp_requant(rq["multiplier"].values, rq["shift"].values, 0)
+        dsp = dsp_requant(rq["multiplier"].values, rq["shift"].values, 0)
         if depthwise3x3_packs(f, c_in, c_out, f["act_min"], f["act_max"], dsp, w.data, bias, x.z):
             rq["dsp"] = Array(dsp, f"{out.name}_dsp")
             f.update(weights=Only(f["weights"], False), bias=Only(f["bias"], False),
