@@ -1,5 +1,5 @@
 """How much of a model's test accuracy survives another channel: the same clips slower or faster, 20 dB quieter, in
-white noise, or through a first-order filter (another microphone's or vocal tract's colour). No training: a
+white noise (at an SNR, or a quiet floor at a fixed level), or through a first-order filter (another microphone's or vocal tract's colour). No training: a
 diagnostic of what an unseen speaker or device may change (docs/notebook.md#robustness-to-the-channel-and-tilt-
 augmentation, where it ranked the kinds' sensitivity to spectral tilt).
 """
@@ -13,7 +13,7 @@ from .config import AugmentConfig, FeatureConfig
 from .data.augment import filtered, speed_perturb
 from .features import FeatureExtractor
 
-SNR_DB, TILT = 10.0, 0.9
+SNR_DB, TILT, FLOOR_DBFS = 10.0, 0.9, -50.0
 
 
 def _speed(factor: float) -> Callable:
@@ -26,6 +26,11 @@ def _noise(wave: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return (wave + noise * rms * 10.0 ** (-SNR_DB / 20.0)).clamp(-1.0, 1.0)
 
 
+def _floor(wave: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """White noise at a fixed level: a microphone's floor, which also fills the digital zeros of padded recordings."""
+    return (wave + torch.randn(wave.shape, generator=gen) * 10.0 ** (FLOOR_DBFS / 20.0)).clamp(-1.0, 1.0)
+
+
 # name -> what it does to [B, S] waves in [-1, 1] (a generator for whatever is random)
 CONDITIONS: dict[str, Callable] = {
     "recorded": lambda wave, gen: wave,
@@ -33,6 +38,7 @@ CONDITIONS: dict[str, Callable] = {
     "speed 1.1": _speed(1.1),
     "-20 dB": lambda wave, gen: wave * 0.1,
     f"noise {SNR_DB:g} dB": _noise,  # white, SNR against the clip's RMS
+    f"floor {FLOOR_DBFS:g} dBFS": _floor,  # white, at a fixed level whatever the clip's
     f"tilt {TILT:g}": lambda wave, gen: filtered(wave, torch.full((wave.shape[0], 1), TILT)),  # x[n] - 0.9 x[n-1]
 }
 

@@ -35,6 +35,10 @@ def test_each_change_does_what_its_name_says():
     noisy = CONDITIONS["noise 10 dB"](tone, gen())
     assert 10 * np.log10(_rms(tone) ** 2 / _rms(noisy - tone) ** 2) == pytest.approx(10.0, abs=0.2)
     assert torch.equal(noisy, CONDITIONS["noise 10 dB"](tone, gen()))  # the same noise for a seed
+    silence = torch.zeros(1, SR)  # a fixed level whatever the clip's: digital zeros get the floor too
+    assert 20 * np.log10(_rms(CONDITIONS["floor -50 dBFS"](silence, gen()))) == pytest.approx(-50.0, abs=0.1)
+    assert _rms(CONDITIONS["floor -50 dBFS"](tone, gen()) - tone) == pytest.approx(_rms(
+        CONDITIONS["floor -50 dBFS"](silence, gen())), rel=1e-5)
     # a 1 kHz tone played 10% slower sounds at 900 Hz (about its centre: the middle half of the clip)
     slower = CONDITIONS["speed 0.9"](tone, gen())[:, SR // 4: 3 * SR // 4]
     assert _peak_hz(slower) == pytest.approx(900.0, abs=4.0)
@@ -80,7 +84,7 @@ def test_the_command_prints_checkpoints_side_by_side(tmp_path):
     assert res.exit_code == 0, res.output
     lines = res.output.strip().splitlines()
     assert lines[1].split()[1:] == ["recorded", "speed", "0.9", "speed", "1.1", "-20", "dB", "noise", "10", "dB",
-                                    "tilt", "0.9"]
+                                    "floor", "-50", "dBFS", "tilt", "0.9"]
     assert len(lines) == 4 and lines[2].split()[1:] == lines[3].split()[1:]  # a row per checkpoint; one model alike
     rows = json.loads((tmp_path / "r.json").read_text())
     assert list(rows) == [str(ckpt), str(twin)] and list(rows[str(ckpt)]) == list(CONDITIONS)

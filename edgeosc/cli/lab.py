@@ -72,7 +72,8 @@ def robustness(checkpoints, clips, seed, json_out, cache_dir):
     """Accuracy under other channels, side by side.
 
     The checkpoint's test clips as recorded, played 10% slower and faster (pitch and duration together), 20 dB
-    quieter, in white noise at 10 dB SNR, and through x[n] - 0.9 x[n-1] (a first-order tilt: the lows down by up to
+    quieter, in white noise at 10 dB SNR, over a white noise floor at -50 dBFS (which also fills the digital zeros
+    that pad short recordings), and through x[n] - 0.9 x[n-1] (a first-order tilt: the lows down by up to
     20 dB, as another microphone or vocal tract colours them), with the points each change costs. No training: what
     an unseen speaker or device may take away.
     """
@@ -92,10 +93,11 @@ def robustness(checkpoints, clips, seed, json_out, cache_dir):
         rows[path] = measure(ckpt.model, ckpt.feature_cfg, data.audio[idx], data.labels[idx], seed=seed)
     names, width = list(CONDITIONS), max(len(p) for p in rows)
     click.echo("test accuracy (%) as recorded, and each change's points against it")
-    click.echo(f"{'checkpoint':<{width}}" + "".join(f"{n:>12}" for n in names))
+    columns = [max(12, len(n) + 2) for n in names]
+    click.echo(f"{'checkpoint':<{width}}" + "".join(f"{n:>{w}}" for n, w in zip(names, columns)))
     for path, acc in rows.items():
         cells = [f"{100 * acc[names[0]]:.2f}"] + [f"{100 * (acc[n] - acc[names[0]]):+.2f}" for n in names[1:]]
-        click.echo(f"{path:<{width}}" + "".join(f"{c:>12}" for c in cells))
+        click.echo(f"{path:<{width}}" + "".join(f"{c:>{w}}" for c, w in zip(cells, columns)))
     if json_out:
         with atomic_path(json_out) as tmp:
             tmp.write_text(json.dumps(rows, indent=1))
