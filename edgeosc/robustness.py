@@ -1,7 +1,8 @@
 """How much of a model's test accuracy survives another channel: the same clips slower or faster, 20 dB quieter, in
-white noise (at an SNR, or a quiet floor at a fixed level), or through a first-order filter (another microphone's or vocal tract's colour). No training: a
-diagnostic of what an unseen speaker or device may change (docs/notebook.md#robustness-to-the-channel-and-tilt-
-augmentation, where it ranked the kinds' sensitivity to spectral tilt).
+white noise (at an SNR, or a quiet floor at a fixed level), or through a first-order filter (another microphone's or
+vocal tract's colour). No training: a diagnostic of what an unseen speaker or device may change
+(docs/notebook.md#robustness-to-the-channel-and-tilt-augmentation, where it ranked the kinds' sensitivity to spectral
+tilt).
 """
 from __future__ import annotations
 
