@@ -21,15 +21,13 @@ def _speed(factor: float) -> Callable:
     return lambda wave, gen: speed_perturb(wave, AugmentConfig(speed=(factor, factor)), gen)
 
 
+def _white(wave: torch.Tensor, gen: torch.Generator, level) -> torch.Tensor:
+    """wave plus white noise of RMS `level` (a number, or one per clip [B, 1])."""
+    return (wave + torch.randn(wave.shape, generator=gen) * level).clamp(-1.0, 1.0)
+
+
 def _noise(wave: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    rms = wave.square().mean(1, keepdim=True).sqrt()
-    noise = torch.randn(wave.shape, generator=gen)
-    return (wave + noise * rms * 10.0 ** (-SNR_DB / 20.0)).clamp(-1.0, 1.0)
-
-
-def _floor(wave: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """White noise at a fixed level: a microphone's floor, which also fills the digital zeros of padded recordings."""
-    return (wave + torch.randn(wave.shape, generator=gen) * 10.0 ** (FLOOR_DBFS / 20.0)).clamp(-1.0, 1.0)
+    return _white(wave, gen, wave.square().mean(1, keepdim=True).sqrt() * 10.0 ** (-SNR_DB / 20.0))
 
 
 # name -> what it does to [B, S] waves in [-1, 1] (a generator for whatever is random)
@@ -39,7 +37,8 @@ CONDITIONS: dict[str, Callable] = {
     "speed 1.1": _speed(1.1),
     "-20 dB": lambda wave, gen: wave * 0.1,
     f"noise {SNR_DB:g} dB": _noise,  # white, SNR against the clip's RMS
-    f"floor {FLOOR_DBFS:g} dBFS": _floor,  # white, at a fixed level whatever the clip's
+    # white, at a fixed level whatever the clip's: a microphone's floor, which also fills padded recordings' zeros
+    f"floor {FLOOR_DBFS:g} dBFS": lambda wave, gen: _white(wave, gen, 10.0 ** (FLOOR_DBFS / 20.0)),
     f"tilt {TILT:g}": lambda wave, gen: filtered(wave, torch.full((wave.shape[0], 1), TILT)),  # x[n] - 0.9 x[n-1]
 }
 
