@@ -237,6 +237,9 @@ class AugmentConfig:
             raise ValueError(f"augment tilt must be in [0, 1) (the largest |a| of x[n] - a x[n-1]), got {self.tilt}")
 
 
+STREAM_AFTER = ("clips", "keyword-free")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 80  # docs/notebook.md#training-for-80-epochs: 40 epochs with early stopping left both kinds short
@@ -251,6 +254,9 @@ class TrainConfig:
     # features with the listener's sliding mean and the loss on its last frame, so that every frame has the past a
     # stream gives it (a clip alone gives frame i only frames 0..i); 0 = off (docs/results.md#always-on-streaming)
     stream_clips: int = 0
+    # what those clips are: "clips", any of the split; "keyword-free", the training split's clips without a keyword
+    # (_unknown_, _silence_, --train-negatives' audio), as the always-on protocol puts keywords after other audio
+    stream_after: str = "clips"
     patience: int = 80  # early stopping on validation accuracy (epochs without a new best); 80 = off
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -270,6 +276,8 @@ class TrainConfig:
             raise ValueError("mixup must be >= 0 (the alpha of its Beta distribution; 0 = off)")
         if self.stream_clips < 0:
             raise ValueError("stream_clips must be >= 0 (clips of a stream before each training clip; 0 = off)")
+        if self.stream_after not in STREAM_AFTER:
+            raise ValueError(f"stream_after must be one of {STREAM_AFTER}, got {self.stream_after!r}")
 
 
 QUANT_PRESETS = ("int8", "w4a8")  # Brevitas quantizers in quant.py; the names live here for the CLI

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .checkpoint import CheckpointError, load_checkpoint
-from .config import FeatureConfig
+from .config import SILENCE, UNKNOWN, FeatureConfig
 from .data.augment import augment, spec_augment
 from .data.clipset import ClipSet
 from .features import FeatureExtractor
@@ -21,11 +22,26 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def keyword_free(data: ClipSet, split: str = "train") -> np.ndarray:
+    """The split's clips in which no keyword is said (_unknown_ and _silence_: other words, noise, and the
+    keyword-free audio of --train-negatives), int16 [M, samples]."""
+    quiet = [data.classes.index(c) for c in (UNKNOWN, SILENCE) if c in data.classes]
+    idx = data.indices(split)
+    idx = idx[np.isin(data.labels[idx], quiet)]
+    if not len(idx):
+        raise ValueError(f"the {split} split has no keyword-free clips (_unknown_ or _silence_) to put before its "
+                         "clips; add some with --train-negatives")
+    return data.audio[idx]
+
+
 class Batches:
     """Clips of one split -> feature batches on the device (augmented for training)."""
 
-    def __init__(self, data: ClipSet, split: str, features: FeatureExtractor, device: torch.device):
-        self.idx = data.indices(split)
+    def __init__(self, data: ClipSet, split: str, features: FeatureExtractor, device: torch.device,
+                 context: np.ndarray | None = None):
+        """context: int16 clips [M, samples] that streams put before each clip instead of the split's own clips
+        (__call__'s stream_clips), e.g. the training split's keyword-free ones (keyword_free)."""
+        self.idx, self.context = data.indices(split), context
         self.audio, self.labels = data.audio, torch.as_tensor(data.labels)
         self.noise = None if data.noise is None else torch.as_tensor(data.noise, dtype=torch.float32) / 32768
         self.features, self.device = features, device
@@ -35,16 +51,17 @@ class Batches:
 
     def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None, stream_clips: int = 0,
                  teacher: FeatureExtractor | None = None):
-        """stream_clips > 0 (training, with a generator): each clip after that many random clips of the split, as
-        one recording (each clip augmented on its own), its features as a stream's (FeatureExtractor.stream): the
-        last (stream_clips + 1) x n_frames frames, the batch's clip last. teacher: also the same augmented clips'
+        """stream_clips > 0 (training, with a generator): each clip after that many random clips of the split (of
+        the context clips, when given) as one recording (each clip augmented on its own), its features as a
+        stream's (FeatureExtractor.stream): the last (stream_clips + 1) x n_frames frames, the batch's clip last. teacher: also the same augmented clips'
         features for a distillation teacher (third in each batch; no feature masks, not with stream_clips)."""
         order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
+        source, pool = (self.audio, self.idx) if self.context is None else (self.context, np.arange(len(self.context)))
         for start in range(0, len(order), batch_size):
             sel = order[start:start + batch_size]
-            parts = [self.idx[torch.randint(0, len(self.idx), (len(sel),), generator=generator).numpy()]
-                     for _ in range(stream_clips)] + [sel]
-            waves = [torch.as_tensor(self.audio[p], dtype=torch.float32) / 32768 for p in parts]
+            parts = [source[pool[torch.randint(0, len(pool), (len(sel),), generator=generator).numpy()]]
+                     for _ in range(stream_clips)] + [self.audio[sel]]
+            waves = [torch.as_tensor(p, dtype=torch.float32) / 32768 for p in parts]
             if aug is not None:
                 waves = [augment(w, aug, generator, self.noise) for w in waves]
             with torch.no_grad():

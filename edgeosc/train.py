@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from .checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from .config import CAUSAL_NORMALIZE, DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, to_dict
 from .data.clipset import ClipSet
-from .evaluate import Batches, evaluate, pick_device
+from .evaluate import Batches, evaluate, keyword_free, pick_device
 from .features import FeatureExtractor
 from .io import sha256_file, write_json
 from .models.kws import build_model, count_parameters, resolve
@@ -94,7 +94,8 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     model_cfg = resolve(dataclasses.replace(model_cfg, n_classes=len(data.classes), n_frames=feature_cfg.n_frames,
                                             n_coeffs=feature_cfg.n_coeffs))
     features = FeatureExtractor(feature_cfg).to(device)
-    train_b, val_b, test_b = (Batches(data, s, features, device) for s in ("train", "val", "test"))
+    context = keyword_free(data) if train_cfg.stream_clips and train_cfg.stream_after == "keyword-free" else None
+    train_b, val_b, test_b = (Batches(data, s, features, device, context) for s in ("train", "val", "test"))
     if len(train_b) == 0 or len(val_b) == 0:
         raise ValueError("the dataset has no training or no validation clips")
     torch.manual_seed(train_cfg.seed)

@@ -1,11 +1,12 @@
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
-from edgeosc.config import AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
+from edgeosc.config import UNKNOWN, AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
 from edgeosc.checkpoint import CheckpointError, load_checkpoint
-from edgeosc.evaluate import evaluate_checkpoint
+from edgeosc.evaluate import Batches, evaluate_checkpoint, keyword_free
 from edgeosc.features import FeatureExtractor
 from edgeosc.models.kws import build_model
 from edgeosc.train import train
@@ -82,6 +83,30 @@ def test_stream_clips_train_on_streams_and_need_a_streaming_model(tones, data_cf
               data_cfg=data_cfg, progress=False)
     with pytest.raises(ValueError, match="stream_clips"):
         TrainConfig(stream_clips=-1)
+
+
+def test_streams_can_put_keyword_free_clips_before_each_clip(tones, data_cfg, tmp_path):
+    with pytest.raises(ValueError, match="no keyword-free clips"):  # three tones, none of them _unknown_
+        keyword_free(tones)
+    data = dataclasses.replace(tones, classes=("tone0", "tone1", UNKNOWN))
+    quiet = keyword_free(data)
+    train_idx = data.indices("train")
+    assert np.array_equal(quiet, data.audio[train_idx[data.labels[train_idx] == 2]])
+    features = FeatureConfig(normalize="running")
+    fx = FeatureExtractor(features)
+    one = quiet[:1].repeat(5, 0)  # a single context clip: each stream is known
+    batches = Batches(data, "val", fx, torch.device("cpu"), context=one)
+    feats, labels = next(batches(4, None, None, stream_clips=1))  # the split in order
+    val = data.indices("val")[:4]
+    wave = torch.as_tensor(np.concatenate([one[:4], data.audio[val]], 1), dtype=torch.float32) / 32768
+    assert torch.allclose(feats, fx.stream(wave)[:, -2 * features.n_frames:])
+    assert torch.equal(labels, torch.as_tensor(data.labels[val]))
+    cfg = dataclasses.replace(TRAIN, epochs=1, stream_clips=1, stream_after="keyword-free")
+    res = train(data, tmp_path, model_cfg=ModelConfig(size="small", window=49), feature_cfg=features, train_cfg=cfg,
+                data_cfg=data_cfg, progress=False)
+    assert 0 <= res["test_stream_accuracy"] <= 1
+    with pytest.raises(ValueError, match="stream_after"):
+        TrainConfig(stream_after="speech")
 
 
 def test_mixup_alpha_must_not_be_negative():

@@ -134,6 +134,9 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--stream-clips", "train.stream_clips", "Streaming models: train on streams, each clip after this many others "
      "as one recording with the listener's features, so its frames see the past a stream gives them (0: off; "
      "needs --normalize running or none)"),
+    ("--stream-after", "train.stream_after", "--stream-clips: what comes before each clip: 'clips' (any of the "
+     "split) or 'keyword-free' (the training split's _unknown_, _silence_ and --train-negatives clips, as the "
+     "always-on protocol puts keywords after other audio; validation and test streams use them too)"),
     ("--seed", "train.seed", "Training seed"),
     ("--device", "train.device", "Device"),
     ("--init-from", "train.init_from", "Start from the weights of a float checkpoint of the same network (e.g. "
