@@ -257,9 +257,6 @@ class TrainConfig:
     # what those clips are: "clips", any of the split; "keyword-free", the training split's clips without a keyword
     # (_unknown_, _silence_, --train-negatives' audio), as the always-on protocol puts keywords after other audio
     stream_after: str = "clips"
-    # the frame trained on: a random 0..this many ms past the clip's end, the stream going on into one more such clip,
-    # as the hops after a keyword hear it in a window (its position in the window varies); 0 = at the clip's end
-    stream_tail_ms: float = 0.0
     patience: int = 80  # early stopping on validation accuracy (epochs without a new best); 80 = off
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -279,8 +276,6 @@ class TrainConfig:
             raise ValueError("mixup must be >= 0 (the alpha of its Beta distribution; 0 = off)")
         if self.stream_clips < 0:
             raise ValueError("stream_clips must be >= 0 (clips of a stream before each training clip; 0 = off)")
-        if not 0 <= self.stream_tail_ms <= 1000:
-            raise ValueError(f"stream_tail_ms must be in [0, 1000] (ms past a clip's end), got {self.stream_tail_ms}")
         if self.stream_after not in STREAM_AFTER:
             raise ValueError(f"stream_after must be one of {STREAM_AFTER}, got {self.stream_after!r}")
 

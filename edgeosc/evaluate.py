@@ -50,35 +50,24 @@ class Batches:
         return len(self.idx)
 
     def __call__(self, batch_size: int, generator: torch.Generator | None = None, aug=None, stream_clips: int = 0,
-                 teacher: FeatureExtractor | None = None, tail: int = 0):
+                 teacher: FeatureExtractor | None = None):
         """stream_clips > 0 (training, with a generator): each clip after that many random clips of the split (of
         the context clips, when given) as one recording (each clip augmented on its own), its features as a
-        stream's (FeatureExtractor.stream): the last (stream_clips + 1) x n_frames frames, the batch's clip last.
-        tail (samples, with stream_clips and a generator): the recording goes on after the clip, into one more such
-        clip, for a random 0..tail samples per clip, so that the frame trained on is that far past the clip's end.
-        teacher: also the same augmented clips' features for a distillation teacher (third in each batch; no
-        feature masks, not with stream_clips)."""
+        stream's (FeatureExtractor.stream): the last (stream_clips + 1) x n_frames frames, the batch's clip last. teacher: also the same augmented clips'
+        features for a distillation teacher (third in each batch; no feature masks, not with stream_clips)."""
         order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
         source, pool = (self.audio, self.idx) if self.context is None else (self.context, np.arange(len(self.context)))
         for start in range(0, len(order), batch_size):
             sel = order[start:start + batch_size]
-            after = bool(stream_clips and tail and generator is not None)
             parts = [source[pool[torch.randint(0, len(pool), (len(sel),), generator=generator).numpy()]]
                      for _ in range(stream_clips)] + [self.audio[sel]]
-            if after:
-                parts.append(source[pool[torch.randint(0, len(pool), (len(sel),), generator=generator).numpy()]])
             waves = [torch.as_tensor(p, dtype=torch.float32) / 32768 for p in parts]
             if aug is not None:
                 waves = [augment(w, aug, generator, self.noise) for w in waves]
             with torch.no_grad():
                 if stream_clips:
                     frames = (stream_clips + 1) * self.features.cfg.n_frames
-                    recording = torch.cat(waves, 1)
-                    if after:  # each row's (stream_clips + 1) clips of audio, ending 0..tail samples past its clip
-                        past = torch.randint(0, tail + 1, (len(sel), 1), generator=generator)
-                        span = recording.shape[1] - waves[-1].shape[1]
-                        recording = recording.gather(1, past + torch.arange(span))
-                    feats = self.features.stream(recording.to(self.device))[:, -frames:]
+                    feats = self.features.stream(torch.cat(waves, 1).to(self.device))[:, -frames:]
                 else:
                     feats = self.features(waves[0].to(self.device))
             if aug is not None and aug.freq_masks + aug.time_masks:

@@ -94,7 +94,6 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     model_cfg = resolve(dataclasses.replace(model_cfg, n_classes=len(data.classes), n_frames=feature_cfg.n_frames,
                                             n_coeffs=feature_cfg.n_coeffs))
     features = FeatureExtractor(feature_cfg).to(device)
-    tail = round(train_cfg.stream_tail_ms * feature_cfg.sample_rate / 1000)
     context = keyword_free(data) if train_cfg.stream_clips and train_cfg.stream_after == "keyword-free" else None
     train_b, val_b, test_b = (Batches(data, s, features, device, context) for s in ("train", "val", "test"))
     if len(train_b) == 0 or len(val_b) == 0:
@@ -142,7 +141,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         gen = torch.Generator().manual_seed(train_cfg.seed * 100_003 + epoch)  # order and augmentation
         t0, loss_sum, correct, seen, max_grad = time.time(), 0.0, 0, 0, 0.0
         bar = tqdm(train_b(train_cfg.batch_size, gen, train_cfg.augment, train_cfg.stream_clips,
-                           teacher and teacher[1], tail), total=steps,
+                           teacher and teacher[1]), total=steps,
                    leave=False, disable=not progress, desc=f"epoch {epoch + 1}/{train_cfg.epochs}")
         for feats, labels, *taught in bar:
             partner = None

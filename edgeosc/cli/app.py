@@ -137,9 +137,6 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--stream-after", "train.stream_after", "--stream-clips: what comes before each clip: 'clips' (any of the "
      "split) or 'keyword-free' (the training split's _unknown_, _silence_ and --train-negatives clips, as the "
      "always-on protocol puts keywords after other audio; validation and test streams use them too)"),
-    ("--stream-tail-ms", "train.stream_tail_ms", "--stream-clips: train each clip's label on a frame a random 0..this "
-     "many ms past its end (the stream going on into one more clip of --stream-after's kind), as the hops after a "
-     "keyword hear it; 0: at its end"),
     ("--seed", "train.seed", "Training seed"),
     ("--device", "train.device", "Device"),
     ("--init-from", "train.init_from", "Start from the weights of a float checkpoint of the same network (e.g. "
