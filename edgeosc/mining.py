@@ -106,18 +106,28 @@ def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_d
 def with_hard_negatives(data, checkpoint: str | Path, hours: float, seed: int, cache_dir: Path,
                         progress: bool = True):
     """`data` plus the hard negatives `checkpoint` makes on `hours` of the training pool (mine_hard_negatives), in
-    the training split as _unknown_. The checkpoint must be a model of these classes."""
+    the training split as _unknown_. The checkpoint must be a model of these classes. Rounds accumulate: a checkpoint
+    trained on mined windows passes them on (mined again from their checkpoint, cached), so each round adds its
+    model's false alarms to every earlier round's instead of replacing them."""
     data = with_unknown_class(data)
     ckpt = load_checkpoint(checkpoint)
     classes = ckpt.classes
     if tuple(classes) != tuple(data.classes):
         raise CheckpointError(f"{checkpoint}: mining hard negatives needs a model of this task's classes "
                               f"{list(data.classes)}; it has {list(classes)}")
+    earlier = ckpt.data_cfg
+    if earlier.hard_negatives_hours:
+        if not Path(earlier.hard_negatives_from).is_file():
+            raise CheckpointError(f"{checkpoint}: it was trained on the windows that {earlier.hard_negatives_from} "
+                                  "mined, and that checkpoint is missing: a new round keeps every earlier round's")
+        data = with_hard_negatives(data, earlier.hard_negatives_from, earlier.hard_negatives_hours, earlier.seed,
+                                   cache_dir, progress)
     clips, meta = mine_hard_negatives(checkpoint, hours, seed, cache_dir, progress, loaded=ckpt)
     n = len(clips)
     summary = {k: v for k, v in meta.items() if k != "scores"}
+    rounds = [*data.meta.get("hard_negative_rounds", []), summary]
     return data.extended(clips, np.full(n, data.classes.index(UNKNOWN)), np.full(n, "hard-negatives"),
-                         np.full(n, "train"), hard_negatives=summary)
+                         np.full(n, "train"), hard_negatives=summary, hard_negative_rounds=rounds)
 
 
 def training_data(cfg: DataConfig, cache_dir=None, progress: bool = True):

@@ -130,7 +130,8 @@ TRAIN_FLAGS = DATA_FLAGS + [
      "hours of the same keyword-free training audio with --mine-with's model (a streaming one hears it as a "
      "stream) and add the 1 s windows where it says a keyword (its false alarms, posterior >= 0.1, one per 0.5 s) "
      "to the training split as _unknown_; usually with --init-from the same checkpoint and fewer --epochs"),
-    ("--mine-with", "data.hard_negatives_from", "The checkpoint whose false alarms --mine-negatives mines"),
+    ("--mine-with", "data.hard_negatives_from", "The checkpoint whose false alarms --mine-negatives mines (a "
+     "checkpoint trained on mined windows passes them on: rounds of mining accumulate)"),
     ("--stream-clips", "train.stream_clips", "Streaming models: train on streams, each clip after this many others "
      "as one recording with the listener's features, so its frames see the past a stream gives them (0: off; "
      "needs --normalize running or none)"),
