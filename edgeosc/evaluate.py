@@ -53,8 +53,9 @@ class Batches:
                  teacher: FeatureExtractor | None = None):
         """stream_clips > 0 (training, with a generator): each clip after that many random clips of the split (of
         the context clips, when given) as one recording (each clip augmented on its own), its features as a
-        stream's (FeatureExtractor.stream): the last (stream_clips + 1) x n_frames frames, the batch's clip last. teacher: also the same augmented clips'
-        features for a distillation teacher (third in each batch; no feature masks, not with stream_clips)."""
+        stream's (FeatureExtractor.stream): the last (stream_clips + 1) x n_frames frames, the batch's clip last.
+        teacher: also the same augmented clips' features for a distillation teacher (third in each batch; no
+        feature masks, not with stream_clips)."""
         order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
         source, pool = (self.audio, self.idx) if self.context is None else (self.context, np.arange(len(self.context)))
         for start in range(0, len(order), batch_size):

@@ -126,19 +126,24 @@ def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
     data = ClipSet(np.zeros((6, SR), np.int16), np.arange(6) % 3, np.array(list("abcdef")),
                    np.array(["train", "train", "train", "val", "val", "test"]), classes)
     hours = 4 / 3600  # 4 s of the training pool: windows start every 50 ms up to 3 s
-    build_yes = None
-    for says in ("yes", UNKNOWN):
-        def build(cfg, batches, device, says=says):
+
+    def saying(says):  # a network that says `says` whatever it hears
+        def build(cfg, batches, device):
             from edgeosc.models.kws import build_model
             net = build_model(cfg)
             with torch.no_grad():
                 net.head.weight.zero_()
                 net.head.bias.copy_(torch.tensor([0.0, 0.0, 0.0]).index_fill(0, torch.tensor(classes.index(says)), 9))
             return net
-        run = tmp_path / says.strip("_")
-        build_yes = build if says == "yes" else build_yes
+        return build
+
+    def make(run, says, data_cfg=DataConfig()):
         train(data, run, model_cfg=ModelConfig(), feature_cfg=FeatureConfig(), train_cfg=TrainConfig(epochs=0),
-              data_cfg=DataConfig(), progress=False, build=build)
+              data_cfg=data_cfg, progress=False, build=saying(says))
+
+    for says in ("yes", UNKNOWN):
+        run = tmp_path / says.strip("_")
+        make(run, says)
         more = M.with_hard_negatives(data, run / "best.pt", hours, seed=0, cache_dir=tmp_path, progress=False)
         mined = more.meta["hard_negatives"]["clips"]
         assert mined == (7 if says == "yes" else 0) and len(more.audio) == 6 + mined
@@ -152,9 +157,7 @@ def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
     assert len(list((tmp_path / "hard-negatives").glob("*.npz"))) == 2
     # a second round: a model trained on "yes"'s windows passes them on beside its own (rounds accumulate)
     first = tmp_path / "yes" / "best.pt"
-    train(data, tmp_path / "again", model_cfg=ModelConfig(), feature_cfg=FeatureConfig(),
-          train_cfg=TrainConfig(epochs=0), data_cfg=DataConfig(hard_negatives_hours=hours, hard_negatives_from=str(first)),
-          progress=False, build=build_yes)
+    make(tmp_path / "again", "yes", DataConfig(hard_negatives_hours=hours, hard_negatives_from=str(first)))
     again = M.with_hard_negatives(data, tmp_path / "again" / "best.pt", hours, 0, tmp_path, False)
     assert len(again.audio) == 6 + 7 + 7 and [r["clips"] for r in again.meta["hard_negative_rounds"]] == [7, 7]
     assert sorted(map(bytes, again.audio[6:13])) == sorted(map(bytes, yes.audio[6:]))
