@@ -23,15 +23,15 @@ def pick_device(name: str) -> torch.device:
 
 
 def keyword_free(data: ClipSet, split: str = "train") -> np.ndarray:
-    """The split's clips in which no keyword is said (_unknown_ and _silence_: other words, noise, and the
-    keyword-free audio of --train-negatives), int16 [M, samples]."""
+    """Indices of the split's clips in which no keyword is said (_unknown_ and _silence_: other words, noise, and
+    the keyword-free audio of --train-negatives)."""
     quiet = [data.classes.index(c) for c in (UNKNOWN, SILENCE) if c in data.classes]
     idx = data.indices(split)
     idx = idx[np.isin(data.labels[idx], quiet)]
     if not len(idx):
         raise ValueError(f"the {split} split has no keyword-free clips (_unknown_ or _silence_) to put before its "
                          "clips; add some with --train-negatives")
-    return data.audio[idx]
+    return idx
 
 
 class Batches:
@@ -39,8 +39,8 @@ class Batches:
 
     def __init__(self, data: ClipSet, split: str, features: FeatureExtractor, device: torch.device,
                  context: np.ndarray | None = None):
-        """context: int16 clips [M, samples] that streams put before each clip instead of the split's own clips
-        (__call__'s stream_clips), e.g. the training split's keyword-free ones (keyword_free)."""
+        """context: indices of the clips that streams put before each clip instead of the split's own (__call__'s
+        stream_clips), e.g. the training split's keyword-free ones (keyword_free)."""
         self.idx, self.context = data.indices(split), context
         self.audio, self.labels = data.audio, torch.as_tensor(data.labels)
         self.noise = None if data.noise is None else torch.as_tensor(data.noise, dtype=torch.float32) / 32768
@@ -57,12 +57,12 @@ class Batches:
         teacher: also the same augmented clips' features for a distillation teacher (third in each batch; no
         feature masks, not with stream_clips)."""
         order = self.idx if generator is None else self.idx[torch.randperm(len(self.idx), generator=generator).numpy()]
-        source, pool = (self.audio, self.idx) if self.context is None else (self.context, np.arange(len(self.context)))
+        pool = self.idx if self.context is None else self.context
         for start in range(0, len(order), batch_size):
             sel = order[start:start + batch_size]
-            parts = [source[pool[torch.randint(0, len(pool), (len(sel),), generator=generator).numpy()]]
-                     for _ in range(stream_clips)] + [self.audio[sel]]
-            waves = [torch.as_tensor(p, dtype=torch.float32) / 32768 for p in parts]
+            parts = [pool[torch.randint(0, len(pool), (len(sel),), generator=generator).numpy()]
+                     for _ in range(stream_clips)] + [sel]
+            waves = [torch.as_tensor(self.audio[p], dtype=torch.float32) / 32768 for p in parts]
             if aug is not None:
                 waves = [augment(w, aug, generator, self.noise) for w in waves]
             with torch.no_grad():

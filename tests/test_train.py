@@ -91,14 +91,14 @@ def test_streams_can_put_keyword_free_clips_before_each_clip(tones, data_cfg, tm
     data = dataclasses.replace(tones, classes=("tone0", "tone1", UNKNOWN))
     quiet = keyword_free(data)
     train_idx = data.indices("train")
-    assert np.array_equal(quiet, data.audio[train_idx[data.labels[train_idx] == 2]])
+    assert np.array_equal(data.audio[quiet], data.audio[train_idx[data.labels[train_idx] == 2]])
     features = FeatureConfig(normalize="running")
     fx = FeatureExtractor(features)
-    one = quiet[:1].repeat(5, 0)  # a single context clip: each stream is known
+    one = quiet[:1].repeat(5)  # a single context clip: each stream is known
     batches = Batches(data, "val", fx, torch.device("cpu"), context=one)
     feats, labels = next(batches(4, None, None, stream_clips=1))  # the split in order
     val = data.indices("val")[:4]
-    wave = torch.as_tensor(np.concatenate([one[:4], data.audio[val]], 1), dtype=torch.float32) / 32768
+    wave = torch.as_tensor(np.concatenate([data.audio[one[:4]], data.audio[val]], 1), dtype=torch.float32) / 32768
     assert torch.allclose(feats, fx.stream(wave)[:, -2 * features.n_frames:])
     assert torch.equal(labels, torch.as_tensor(data.labels[val]))
     cfg = dataclasses.replace(TRAIN, epochs=1, stream_clips=1, stream_after="keyword-free")
