@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 KEYWORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 UNKNOWN, SILENCE = "_unknown_", "_silence_"
 KWS12_CLASSES = (SILENCE, UNKNOWN) + KEYWORDS  # the conventional 12-class Speech Commands task
+
+
+def is_keyword(name: str) -> bool:
+    """A class a detector fires on: any but the keyword-free _silence_ and _unknown_."""
+    return name not in (SILENCE, UNKNOWN)
+
+
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 ATTENTION_KINDS = ("oscillator", "softmax", "kuramoto", "ds-cnn")  # the model kinds; ds-cnn: no attention

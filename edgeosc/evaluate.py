@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoint import CheckpointError, load_checkpoint
-from .config import SILENCE, UNKNOWN, FeatureConfig
+from .config import FeatureConfig, is_keyword
 from .data.augment import augment, spec_augment
 from .data.clipset import ClipSet
 from .features import FeatureExtractor
@@ -25,7 +25,7 @@ def pick_device(name: str) -> torch.device:
 def keyword_free(data: ClipSet, split: str = "train") -> np.ndarray:
     """Indices of the split's clips in which no keyword is said (_unknown_ and _silence_: other words, noise, and
     the keyword-free audio of --train-negatives)."""
-    quiet = [data.classes.index(c) for c in (UNKNOWN, SILENCE) if c in data.classes]
+    quiet = [i for i, c in enumerate(data.classes) if not is_keyword(c)]
     idx = data.indices(split)
     idx = idx[np.isin(data.labels[idx], quiet)]
     if not len(idx):

@@ -10,7 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checkpoint import CheckpointError, load_checkpoint
-from .config import SILENCE, UNKNOWN, DataConfig
+from .config import UNKNOWN, DataConfig, is_keyword
 from .data.negatives import VERSION, load_negatives_shown, with_unknown_class
 from .features import FeatureExtractor
 from .io import atomic_path, sha256_file
@@ -85,7 +85,7 @@ def mine_hard_negatives(checkpoint: str | Path, hours: float, seed: int, cache_d
         except (OSError, ValueError, KeyError):
             path.unlink()  # a damaged cache file: mined again below
     ckpt = loaded or load_checkpoint(checkpoint)
-    keywords = [i for i, c in enumerate(ckpt.classes) if c not in (SILENCE, UNKNOWN)]
+    keywords = [i for i, c in enumerate(ckpt.classes) if is_keyword(c)]
     model, features = ckpt.model.eval(), FeatureExtractor(ckpt.feature_cfg)
     x = torch.from_numpy(load_negatives_shown(hours, seed, cache_dir, "training negatives", progress, pool="train"))
     with torch.no_grad():

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from .config import SILENCE, UNKNOWN, FeatureConfig, from_dict
+from .config import FeatureConfig, from_dict, is_keyword
 from .data.audio import read_wav, resample
 
 MANIFEST = "manifest.json"  # written beside exported models (export/__init__.py)
@@ -278,7 +278,7 @@ class Listener:
                               f"{cfg.n_frames * step:g} ms; got {hop_ms:g} ms")
         if not 0 < threshold <= 1 or smooth < 1:
             raise StreamError(f"need 0 < threshold <= 1 and smooth >= 1, got {threshold}, {smooth}")
-        self.keywords = [i for i, c in enumerate(model.classes) if c not in (SILENCE, UNKNOWN)]
+        self.keywords = [i for i, c in enumerate(model.classes) if is_keyword(c)]
         if not self.keywords:
             raise StreamError(f"{model.name}: no keyword class among {model.classes}")
         self.model, self.front, self.new_frames = model, FrontEnd(cfg), new

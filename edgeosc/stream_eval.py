@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import SILENCE, UNKNOWN
+from .config import is_keyword
 from .data.audio import write_wav
 from .data.clipset import ClipSet
 from .io import atomic_path, save_figure, write_json
@@ -73,7 +73,7 @@ def long_recording(data: ClipSet, split: str, front: FrontEnd, max_clips: int | 
         clip = data.audio[i].astype(np.float32) / 32768
         t += len(gap)
         keyword = data.classes[data.labels[i]]
-        if keyword not in (SILENCE, UNKNOWN):
+        if is_keyword(keyword):
             events.append(Event(keyword, t / sr, t / sr + speech_end_s(clip, front)))
         parts += [gap, clip]
         t += len(clip)
