@@ -328,6 +328,31 @@ class BenchConfig:
     hop_ms: float = 20.0
 
 
+@dataclass(frozen=True)
+class AlwaysOnConfig:
+    """The pipeline's always-on stage: each attention kind's streaming variant trained with the always-on recipe
+    (streams of keyword-free audio then a clip, mining rounds that accumulate) and scored on the always-on protocol
+    (the test split's keywords in context; false alarms per hour of keyword-free audio never trained on).
+    docs/results.md#always-on-streaming. The defaults are a short schedule that fits `make demo`; the recipe's:
+    epochs 40, mining_rounds 2, mine_hours 2, mine_epochs 30, eval_hours 1."""
+
+    enabled: bool = True
+    window: int = 49  # frames each attention layer reads (model.window)
+    epochs: int = 10  # the first model's, on streams after keyword-free audio (train.stream_clips 2)
+    negatives_hours: float = 0.5  # keyword-free training audio (data.negatives_hours)
+    mining_rounds: int = 1  # each: the last model's false alarms on mine_hours of the training pool join the rest
+    mine_hours: float = 0.5
+    mine_epochs: int = 5  # each round's training, from the last model's weights
+    eval_hours: float = 0.25  # keyword-free audio the false alarms per hour are counted on
+    hop_ms: float = 20.0
+
+    def __post_init__(self):
+        if self.window < 1 or self.epochs < 1 or self.mine_epochs < 1 or self.mining_rounds < 0:
+            raise ValueError("always_on: window, epochs and mine_epochs must be >= 1 and mining_rounds >= 0")
+        if min(self.negatives_hours, self.mine_hours, self.eval_hours, self.hop_ms) <= 0:
+            raise ValueError("always_on: negatives_hours, mine_hours, eval_hours and hop_ms must be > 0")
+
+
 def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 

@@ -13,10 +13,11 @@ A TOML config holds every option, one table per config dataclass (config.py):
     [model]     size, d_osc, p, ...             [train]     epochs, lr, ...
     [qat]       the QAT run's TrainConfig fields (default epochs 10, lr 3e-4)
     [quant]     preset, calibration_batches     [export]    opset
-    [bench]     runs, warmup, threads
+    [bench]     runs, warmup, threads           [always_on] enabled, epochs, mining_rounds, eval_hours, ...
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .config import (FLOAT_ONLY, MLPERF_FEATURES, QAT_EPOCHS, QAT_LR, BenchConfig,
+from .config import (FLOAT_ONLY, MLPERF_FEATURES, QAT_EPOCHS, QAT_LR, AlwaysOnConfig, BenchConfig,
                      DataConfig, ExportConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, from_dict,
                      model_of_kind, to_dict, with_dataset_defaults)
 from .io import write_json
@@ -49,6 +50,7 @@ class PipelineConfig:
     quant: QuantConfig = field(default_factory=QuantConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
+    always_on: AlwaysOnConfig = field(default_factory=AlwaysOnConfig)
     dscnn_features: FeatureConfig = field(default_factory=lambda: MLPERF_FEATURES)  # DS-CNN's input: MLPerf's
 
     def __post_init__(self):
@@ -134,6 +136,21 @@ def run_stage(run_dir: Path, stage: Stage, echo=print) -> dict:
     return manifest
 
 
+def streaming_kinds(cfg: PipelineConfig) -> list[str]:
+    """The kinds the always-on stage trains a streaming variant of: those of cfg.kinds that have one (softmax, the
+    linear oscillator core at d_osc 2); none when cfg.always_on.enabled is false."""
+    if not cfg.always_on.enabled:
+        return []
+    kinds = []
+    for kind in cfg.kinds:
+        try:
+            dataclasses.replace(model_of_kind(cfg.model, kind), window=cfg.always_on.window)
+        except ValueError:  # DS-CNN, Kuramoto, a direct-form oscillator: no streaming variant
+            continue
+        kinds.append(kind)
+    return kinds
+
+
 def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = True, echo=print):
     """The stages in order (a generator: each stage's inputs include the keys of the ones it reads)."""
     from . import stages as impl
@@ -160,13 +177,22 @@ def stages(cfg: PipelineConfig, run_dir: Path, cache_dir=None, progress: bool = 
         estimate = yield Stage(f"estimate-{kind}", dict(export=exported["key"], targets=cfg.bench.targets),
                                lambda f, k=kind: impl.estimate(cfg, run_dir, k, f, cache_dir))
         keys[kind] = [parity["key"], estimate["key"]]
+    always_on = {}
+    for kind in streaming_kinds(cfg):
+        model = model_of_kind(cfg.model, kind)
+        done = yield Stage(f"always-on-{kind}", dict(data=data["key"], model=to_dict(model),
+                                                     features=to_dict(cfg.features_of(kind)),
+                                                     train=to_dict(cfg.train), always_on=to_dict(cfg.always_on)),
+                           lambda f, m=model: impl.always_on(cfg, m, f, cache_dir, progress))
+        always_on[kind] = done["key"]
     scaling = yield Stage("scaling", dict(tokens=cfg.bench.scaling_tokens, d_osc=cfg.bench.scaling_d_osc,
                                           stream=[cfg.bench.stream_windows, cfg.bench.hop_ms, to_dict(cfg.model)]),
                           lambda f: impl.scaling(cfg, f))
     bench = yield Stage("bench", dict(parity=keys, bench=to_dict(cfg.bench)),
                         lambda f: impl.bench(cfg, run_dir, f))
     npu = yield Stage("npu", dict(parity=keys), lambda f: impl.npu(cfg, run_dir, f))
-    yield Stage("report", dict(bench=bench["key"], npu=npu["key"], models=keys, scaling=scaling["key"]),
+    yield Stage("report", dict(bench=bench["key"], npu=npu["key"], models=keys, scaling=scaling["key"],
+                               always_on=always_on),
                 lambda f: impl.report(cfg, run_dir, f))
 
 

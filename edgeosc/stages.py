@@ -144,6 +144,45 @@ def estimate(cfg, run_dir: Path, kind: str, folder: Path, cache_dir) -> dict:
     return dict(targets=list(res["targets"]), verified_against="tflite-micro" if micro else res["verified_against"])
 
 
+def always_on(cfg, model_cfg, folder: Path, cache_dir, progress: bool) -> dict:
+    """One kind's streaming variant through the always-on recipe (config.AlwaysOnConfig: streams after keyword-free
+    audio, then mining rounds from each model's weights, each round's windows beside the earlier ones'), then the
+    always-on protocol on the last model: always-on.json (recall at 1, 5 and 10 false alarms per hour, the DET
+    curve), det.png."""
+    import dataclasses
+    import torch
+    from .mining import training_data
+    from .stream import load_model
+    from .stream_eval import plot_det, protocol_data, run_protocol
+    from .train import train
+    ao = cfg.always_on
+    model = dataclasses.replace(model_cfg, window=ao.window)
+    features = dataclasses.replace(cfg.features_of(model_cfg.attention), normalize="running")  # what a stream has
+    data_cfg = dataclasses.replace(cfg.data, negatives_hours=ao.negatives_hours)
+    train_cfg = dataclasses.replace(cfg.train, epochs=ao.epochs, stream_clips=2, stream_after="keyword-free")
+    rounds = []
+    for r in range(ao.mining_rounds + 1):
+        if r:  # the previous round's false alarms (and the windows it was trained on) join its training split
+            last = str(run / "best.pt")
+            data_cfg = dataclasses.replace(data_cfg, hard_negatives_hours=ao.mine_hours, hard_negatives_from=last)
+            train_cfg = dataclasses.replace(train_cfg, epochs=ao.mine_epochs, init_from=last)
+        run = folder / f"round-{r}"
+        res = train(training_data(data_cfg, cache_dir, progress), run, model_cfg=model, feature_cfg=features,
+                    train_cfg=train_cfg, data_cfg=data_cfg, resume=True, progress=progress)
+        rounds.append(dict(epochs=res["epochs"], test_accuracy=res["test_accuracy"],
+                           test_stream_accuracy=res.get("test_stream_accuracy")))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
+    try:
+        res = run_protocol(load_model(str(run / "best.pt")), protocol_data(data_cfg, cache_dir), "test",
+                           ao.eval_hours, in_context=True, cache_dir=cache_dir, show=progress, hop_ms=ao.hop_ms)
+    finally:
+        torch.set_num_threads(threads)
+    write_json(folder / "always-on.json", dict(res, rounds=rounds, checkpoint=str(run / "best.pt")))
+    plot_det(res, folder / "det.png")
+    return dict(rounds=rounds, recall_at=res["recall_at"], negatives=res["negatives"], events=res["events"])
+
+
 def scaling(cfg, folder: Path) -> dict:
     """Cycles of the fused oscillator and softmax cores on a Cortex-M4 as T and d_osc vary, and of each builtin
     kernel at the default model's shapes on its DSP path and its portable path (estimated)."""

@@ -11,16 +11,19 @@ speech end to the hop that decided the detection (Detection.emitted_s), the smoo
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .config import is_keyword
+from .config import DataConfig, is_keyword
 from .data.audio import write_wav
 from .data.clipset import ClipSet
-from .io import atomic_path, save_figure, write_json
+from .io import atomic_path, write_json
+from .report import plot_det_curves
 from .stream import Detection, FrontEnd, Listener, Model, StreamError
 
 GAP_S = (0.2, 0.8)  # the quiet between two clips, uniform
@@ -162,6 +165,40 @@ def evaluate_stream(model: Model, data: ClipSet, split: str = "test", hop_ms: fl
     return res
 
 
+def protocol_data(trained: DataConfig, cache_dir=None) -> ClipSet:
+    """The data set a checkpoint trained with `trained` is evaluated on: its splits without the keyword-free training
+    audio (a split, not training), with the _unknown_ class that audio gave the model where the task has none."""
+    from .data import load_dataset
+    from .data.negatives import with_unknown_class
+    data = load_dataset(dataclasses.replace(trained, negatives_hours=0.0), cache_dir)
+    return with_unknown_class(data) if trained.negatives_hours else data
+
+
+def run_protocol(model: Model, data: ClipSet, split: str = "test", negatives_hours: float | None = None,
+                 in_context: bool = False, max_clips: int | None = None, seed: int = 0, cache_dir=None,
+                 show: bool = True, **settings) -> dict:
+    """evaluate_stream with the always-on protocol's audio, made once and cached: `negatives_hours` of keyword-free
+    audio whose false alarms give recall at 1, 5 and 10 per hour, and with in_context 1-4 s of other draws of it
+    between the split's clips. show: progress bars while the audio is made and streamed."""
+    from tqdm.auto import tqdm
+    from .data import default_cache_dir
+    from .data.negatives import load_negatives_shown
+    cache = cache_dir or default_cache_dir()
+    negatives = (load_negatives_shown(negatives_hours, seed, cache, "keyword-free audio", show)
+                 if negatives_hours else None)
+    context = None
+    if in_context:  # whole 0.05 h, so nearby clip counts share one cached recording; other draws than the negatives'
+        hours = math.ceil(context_seconds(data, split, max_clips) / 180) / 20
+        context = load_negatives_shown(hours, 1000 + seed, cache, "context audio", show)
+    with tqdm(total=0, unit="s", desc="streaming", leave=False, disable=not show) as bar:
+        def progress(done, total):
+            bar.total = round(total / model.feature_cfg.sample_rate)
+            bar.n = round(done / model.feature_cfg.sample_rate)
+            bar.refresh()
+        return evaluate_stream(model, data, split, max_clips=max_clips, seed=seed, progress=progress,
+                               negatives=negatives, context=context, **settings)
+
+
 def save_trace(path: str | Path, lis: Listener, events: list[Event], negatives: Listener | None = None) -> Path:
     """A recorded pass as an .npz (atomic): each hop's sample count and posteriors (and the keyword-free audio's),
     the keyword events and what the listener was (classes, keywords, hop, sample rate, refractory period)."""
@@ -208,26 +245,10 @@ def negative_scores(lis: Listener, hours: float, curve: list[dict], smooth: int 
 def plot_det(res: dict, path: str | Path) -> Path:
     """The DET curve: keywords missed against false alarms per hour of keyword-free audio (log axis; 0 drawn at the
     axis' left end), one line per smoothing length."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    hours = res["negatives"]["hours"]
-    floor = 0.5 / hours  # half a false alarm in the whole recording: where "none" is drawn
     curves = {str(res["smooth"]): res["det"], **{s: r["det"] for s, r in res.get("by_smooth", {}).items()}}
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for smooth, det in sorted(curves.items(), key=lambda c: int(c[0])):
-        points = [d for d in det if d["recall"] is not None]  # a recording without keywords has no recall
-        ax.plot([max(d["false_alarms_per_hour"], floor) for d in points], [100 * (1 - d["recall"]) for d in points],
-                marker="o", ms=3, label=f"smoothed over {smooth} hop{'s' if smooth != '1' else ''}")
-    if len(curves) > 1:
-        ax.legend(fontsize=8)
-    for target in TARGETS_PER_HOUR:
-        ax.axvline(target, color="grey", lw=0.5, ls=":")
-    ax.set(xscale="log", xlabel=f"false alarms per hour ({hours:.2g} h without keywords)", ylabel="keywords missed (%)",
-           title=f"{res['model']}: DET curve")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return save_figure(fig, path)
+    labels = {s: f"smoothed over {s} hop{'s' if s != '1' else ''}" for s in curves}
+    return plot_det_curves({labels[s]: curves[s] for s in sorted(curves, key=int)}, res["negatives"]["hours"],
+                           f"{res['model']}: DET curve", path, TARGETS_PER_HOUR)
 
 
 def format_result(r: dict) -> str:

@@ -18,12 +18,14 @@ FAST = {"train.epochs": 2, "train.batch_size": 8, "qat.epochs": 1, "qat.batch_si
         "train.augment.noise_prob": 0.0, "bench.runs": 3, "bench.warmup": 1, "model.dropout": 0.0,
         "bench.targets": ["cortex-m4"], "bench.scaling_tokens": [16], "bench.scaling_d_osc": [2],
         "bench.stream_windows": [16],
+        "always_on.window": 16, "always_on.epochs": 1, "always_on.mine_epochs": 1, "always_on.negatives_hours": 0.005,
+        "always_on.mine_hours": 0.002, "always_on.eval_hours": 0.005,
         "kinds": ["oscillator", "softmax", "ds-cnn", "kuramoto"]}
 
 
 @pytest.fixture
 def tone_data(tones, monkeypatch):
-    monkeypatch.setattr("edgeosc.data.load_dataset", lambda *a, **k: tones)
+    monkeypatch.setattr("edgeosc.data._load", lambda *a, **k: tones)  # the keyword-free audio still joins
     torch.set_num_threads(1)
     return tones
 
@@ -33,7 +35,7 @@ def whole(tmp_path_factory):
     """One uninterrupted FAST pipeline run on tones."""
     tones = tone_clipset()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("edgeosc.data.load_dataset", lambda *a, **k: tones)
+        mp.setattr("edgeosc.data._load", lambda *a, **k: tones)
         torch.set_num_threads(1)
         run = tmp_path_factory.mktemp("whole")
         run_pipeline(load_config(None, FAST), run, echo=lambda *_: None)
@@ -53,6 +55,19 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
                     "## Ethos-U NPUs (Vela, estimated)", "| DS-CNN | int8.tflite | ethos-u55-128 | ",
                     "| softmax | int8_npu.tflite | ethos-u55-128 | "):  # the npu stage's files: bench.npu.format_table
         assert section in text
+    # always on: each attention kind's streaming variant through the recipe's rounds (the second mined from the
+    # first's false alarms, from its weights), then the protocol: recall at 1, 5, 10 false alarms an hour, DET curves
+    from edgeosc.checkpoint import load_checkpoint
+    for kind in ("oscillator", "softmax"):
+        ao = json.loads((whole / f"always-on-{kind}" / "always-on.json").read_text())
+        assert len(ao["rounds"]) == 2 and ao["window"] == 16 and ao["in_context"] and ao["events"] > 0
+        assert set(ao["recall_at"]) == {"1", "5", "10"} and ao["negatives"]["hours"] == pytest.approx(0.005, rel=0.01)
+        last = load_checkpoint(whole / f"always-on-{kind}" / "round-1" / "best.pt")
+        assert last.model_cfg.window == 16 and last.feature_cfg.normalize == "running"
+        assert last.data_cfg.hard_negatives_from == str(whole / f"always-on-{kind}" / "round-0" / "best.pt")
+        assert f"| streaming {kind} | " in text
+    assert not list(whole.glob("always-on-ds-cnn")) + list(whole.glob("always-on-kuramoto"))
+    assert "## Always-on detection" in text and (whole / "report" / "det.png").is_file()
     # DS-CNN, the baseline: MLPerf's 49 x 10 MFCC, its builtin int8 file in every interpreter, its firmware
     ds = json.loads((whole / "parity-ds-cnn" / "parity.json").read_text())
     assert ds["int8_file"] == "int8.tflite" and len(ds["int8_tflite_accuracy"]) == 3

@@ -1,9 +1,7 @@
 """On the device: the Raspberry Pi bundle, streaming detection, always-on evaluation."""
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from pathlib import Path
 
 import click
@@ -129,10 +127,8 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     audio, and recall is read at 1, 5 and 10 of them per hour.
     """
     from ..checkpoint import load_checkpoint
-    from ..data import load_dataset
     from ..stream import load_model
-    from ..stream_eval import SWEEP, evaluate_stream, format_result
-    from tqdm.auto import tqdm
+    from ..stream_eval import SWEEP, format_result, protocol_data, run_protocol
     net = load_model(model, window=window)  # a .tflite without its manifest is refused here
     source = Path(model)
     if source.suffix == ".tflite":
@@ -143,31 +139,10 @@ def stream_eval(model, settings, split, hop_ms, threshold, smooth, refractory_s,
     if det_plot and not negatives_hours:
         raise click.UsageError("--det-plot needs --negatives-hours (the DET curve's false alarms are counted there)")
     trained = load_checkpoint(source).data_cfg
-    trained_on = dataclasses.replace(trained, negatives_hours=0.0)  # a split, not training
-    data = load_dataset(settings.load(base={"data": trained_on}).data, cache_dir)
-    # trained with keyword-free audio, which the split is read without: its _unknown_ class, which a digits task
-    # lacks (a model trained with mined windows alone gets it from load_dataset)
-    if trained.negatives_hours:
-        from ..data.negatives import with_unknown_class
-        data = with_unknown_class(data)
-    from ..data import default_cache_dir
-    from ..data.negatives import load_negatives_shown
-    cache = cache_dir or default_cache_dir()
-    negatives = (load_negatives_shown(negatives_hours, seed, cache, "keyword-free audio", not as_json)
-                 if negatives_hours else None)
-    context = None
-    if in_context:  # whole 0.05 h, so nearby clip counts share one cached recording; other draws than the negatives'
-        from ..stream_eval import context_seconds
-        hours = math.ceil(context_seconds(data, split, max_clips) / 180) / 20
-        context = load_negatives_shown(hours, 1000 + seed, cache, "context audio", not as_json)
-    with tqdm(total=0, unit="s", desc="streaming", leave=False, disable=as_json) as bar:
-        def progress(done, total):
-            bar.total = round(total / net.feature_cfg.sample_rate)
-            bar.n = round(done / net.feature_cfg.sample_rate)
-            bar.refresh()
-        res = evaluate_stream(net, data, split, hop_ms, threshold, smooth, refractory_s, max_clips, seed,
-                              wav_out=wav_out, progress=progress, thresholds=SWEEP if sweep else (),
-                              negatives=negatives, context=context, smooths=smooths, trace_out=trace_out)
+    data = protocol_data(settings.load(base={"data": trained}).data, cache_dir)
+    res = run_protocol(net, data, split, negatives_hours, in_context, max_clips, seed, cache_dir, not as_json,
+                       hop_ms=hop_ms, threshold=threshold, smooth=smooth, refractory_s=refractory_s, wav_out=wav_out,
+                       thresholds=SWEEP if sweep else (), smooths=smooths, trace_out=trace_out)
     click.echo(json.dumps(res) if as_json else format_result(res))
     if det_plot:
         from ..stream_eval import plot_det
