@@ -165,12 +165,13 @@ def _always_on_lines(r: dict) -> list[str]:
              f"Each attention kind's streaming variant (W = {first['window']}), trained on streams of keyword-free audio "
              f"then a clip and mined for its false alarms in {len(first['rounds']) - 1} round(s), "
              + "+".join(str(x["epochs"]) for x in first["rounds"]) + " epochs (`[always_on]`; its defaults are a short "
-             "schedule, docs/results.md#always-on-streaming has the recipe's figures). The test "
-             f"split's {first['events']} keywords, each after 1-4 s of other speech, noise or music; false alarms "
-             f"counted on {neg['hours']:.2g} h of keyword-free audio never trained on (`edgeosc stream-eval "
-             f"always-on-KIND/round-N/best.pt --negatives-hours {neg['hours']:.2g} --in-context`), the posterior "
+             "schedule, docs/results.md#always-on-streaming has the recipe's figures). "
+             f"{first['events']} of the test split's keywords, each after 1-4 s of other speech, noise or music; false "
+             f"alarms counted on {neg['hours']:.2g} h of keyword-free audio never trained on (`edgeosc stream-eval "
+             f"always-on-KIND/round-N/best.pt --negatives-hours {neg['hours']:.2g} --in-context"
+             + (f" --max-clips {first['max_clips']}" if first.get("max_clips") else "") + "`), the posterior "
              f"smoothed over {first['smooth']} hops of {first['hop_ms']:g} ms.", "",
-             "| model | clip accuracy (test) | " + " | ".join(f"recall at <= {t} false alarm{'s' if t != '1' else ''} "
+             "| model | test clips in streams, accuracy | " + " | ".join(f"recall at <= {t} false alarm{'s' if t != '1' else ''} "
                                                             "an hour" for t in targets)
              + f" | at threshold {first['threshold']}: recall, false alarms an hour | median latency after the keyword |",
              "|---|---|" + "---|" * len(targets) + "---|---|"]
@@ -178,7 +179,7 @@ def _always_on_lines(r: dict) -> list[str]:
         lat = x["latency_ms"]
         at = [f"{_pct(v['recall'])}% (threshold {v['threshold']:g})" if v else "not reached"
               for v in x["recall_at"].values()]
-        lines.append(f"| streaming {LABELS[k]} | {_pct(x['rounds'][-1]['test_accuracy'])}% | " + " | ".join(at)
+        lines.append(f"| streaming {LABELS[k]} | {_pct(x['rounds'][-1]['test_stream_accuracy'])}% | " + " | ".join(at)
                      + f" | {_pct(x['recall'])}%, {x['negatives']['false_alarms_per_hour']:.1f} | "
                      + (f"{lat['median']:.0f} ms |" if lat else "- |"))
     return lines

@@ -175,10 +175,12 @@ def always_on(cfg, model_cfg, folder: Path, cache_dir, progress: bool) -> dict:
     torch.set_num_threads(1)  # batch-1 windows: more threads only add jitter
     try:
         res = run_protocol(load_model(str(run / "best.pt")), protocol_data(data_cfg, cache_dir), "test",
-                           ao.eval_hours, in_context=True, cache_dir=cache_dir, show=progress, hop_ms=ao.hop_ms)
+                           ao.eval_hours, in_context=True, max_clips=ao.eval_clips or None, cache_dir=cache_dir,
+                           show=progress, hop_ms=ao.hop_ms)
     finally:
         torch.set_num_threads(threads)
-    write_json(folder / "always-on.json", dict(res, rounds=rounds, checkpoint=str(run / "best.pt")))
+    write_json(folder / "always-on.json", dict(res, rounds=rounds, checkpoint=str(run / "best.pt"),
+                                               max_clips=ao.eval_clips or None))
     plot_det(res, folder / "det.png")
     return dict(rounds=rounds, recall_at=res["recall_at"], negatives=res["negatives"], events=res["events"])
 
