@@ -192,6 +192,7 @@ def test_wrong_config_keys_and_values_give_clear_errors(tmp_path):
                          ('[train]\nepochs = "many"\n', "TrainConfig.epochs must be int"),
                          ('[modle]\nsize = "small"\n', "no field 'modle'"),
                          ('kinds = ["transformer"]\n', "kinds must be"),
+                         ('[always_on]\nmining_rounds = -1\n', "mining_rounds and eval_clips >= 0"),
                          ('[train\n', "cannot read the pipeline config")):
         bad.write_text(text)
         res = CliRunner().invoke(main, ["pipeline", "--config", str(bad), "--out", str(tmp_path / "run")])
@@ -238,6 +239,21 @@ def test_the_key_gate_is_the_oscillators_alone(tmp_path):
             models[stage.name] = stage.inputs["model"]
         stage = gen.send(dict(key=stage.name))
     assert models["train-oscillator"]["key_gate"] and not models["train-softmax"]["key_gate"]
+
+
+def test_the_always_on_stage_is_each_streaming_kinds_and_can_be_turned_off(tmp_path):
+    from edgeosc.pipeline import stages
+
+    def names(overrides):
+        gen, seen = stages(load_config(None, overrides), tmp_path), []
+        stage = next(gen)
+        while stage.name != "report":  # the stages, without running them
+            seen.append(stage.name)
+            stage = gen.send(dict(key=stage.name))
+        return [n for n in seen if n.startswith("always-on")]
+    assert names({}) == ["always-on-oscillator", "always-on-softmax"]  # DS-CNN has no streaming variant
+    assert names({"model.form": "direct"}) == ["always-on-softmax"]  # nor the direct oscillator core
+    assert names({"always_on.enabled": False}) == []
 
 
 def test_fsdd_whole_clip_models_default_to_the_real_speech_front_end(tmp_path):
