@@ -114,6 +114,21 @@ def test_a_task_mined_for_negatives_has_the_unknown_class_wherever_it_is_loaded(
     assert mined.classes == ("x", "y", "z", UNKNOWN) and len(mined.audio) == 3  # the windows come with training
 
 
+def test_the_protocol_reads_a_detectors_splits_without_its_training_audio(tmp_path, monkeypatch):
+    """stream_eval.protocol_data: a model trained with keyword-free audio is scored on its data set's splits alone,
+    with the _unknown_ class that audio gave it."""
+    import edgeosc.data as D
+    from edgeosc.config import UNKNOWN, DataConfig
+    from edgeosc.data import ClipSet
+    from edgeosc.stream_eval import protocol_data
+    digits = ClipSet(np.zeros((3, SR), np.int16), np.arange(3), np.array(list("abc")),
+                     np.array(["train", "val", "test"]), ("x", "y", "z"))
+    monkeypatch.setattr(D, "_load", lambda cfg, cache_dir, progress: digits)
+    data = protocol_data(DataConfig(negatives_hours=0.5), tmp_path)
+    assert data.classes == ("x", "y", "z", UNKNOWN) and len(data.audio) == 3
+    assert protocol_data(DataConfig(), tmp_path).classes == ("x", "y", "z")
+
+
 def test_hard_negatives_are_the_windows_a_model_calls_keywords(tmp_path):
     """A model that calls everything "yes" is wrong on every window: one is mined per 0.5 s and they join the
     training split as _unknown_; one that calls everything _unknown_ yields none. Cached by the checkpoint."""
