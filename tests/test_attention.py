@@ -61,6 +61,27 @@ def test_linear_form_equals_direct(p, d_osc, masking, gated, positive):
         assert close(a, b, 1e-8)
 
 
+@pytest.mark.parametrize("masking", [2, 3], ids=["causal", "padding+causal"])
+@pytest.mark.parametrize("window", [0, 4])
+@pytest.mark.parametrize("positive", ["taylor2", "cos2"])
+@pytest.mark.parametrize("d_osc", [2, 3])
+def test_masked_products_equal_the_prefix_sums(masking, window, positive, d_osc, monkeypatch):
+    """A short causal or windowed sequence takes masked T x T products, a long one the prefix sums a stream carries:
+    the same values and gradients."""
+    import edgeosc.models.attention as A
+    key_mask, causal, _ = key_masks()[masking]
+    q, k, v, r = inputs(d_osc, seed=5)
+    g = (torch.rand(B, H, T, 1, generator=torch.Generator().manual_seed(6), dtype=q.dtype) + 0.1).requires_grad_()
+    kw = dict(p=4, positive=positive, key_mask=key_mask, causal=causal, window=window, g=g)
+    masked = oscillator_attention_linear(q, k, v, r, **kw)
+    monkeypatch.setattr(A, "_state_size", lambda *a: 0)  # every T counts as long
+    sums = oscillator_attention_linear(q, k, v, r, **kw)
+    assert close(masked, sums) and not close(masked, oscillator_attention_linear(q, k, v, r, **dict(kw, window=3)))
+    for a, b in zip(torch.autograd.grad(masked.square().sum(), (q, k, v, r, g)),
+                    torch.autograd.grad(sums.square().sum(), (q, k, v, r, g))):
+        assert close(a, b, 1e-8)
+
+
 def test_linear_form_is_causal_and_needs_a_polynomial_map():
     q, k, v, r = inputs(2)
     out = oscillator_attention_linear(q, k, v, r, p=4, causal=True)

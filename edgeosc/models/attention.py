@@ -220,6 +220,8 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
         raise ValueError(f"the linear form needs a polynomial positive map ({', '.join(POLYNOMIAL)}), not {positive!r}")
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
+    if (causal or window) and q.shape[-2] <= _state_size(q, v, r, p, positive):
+        return _masked_sums(q, k, v, r, g, p, positive, eps, key_mask, window, quant)
     factors = _key_factors(k, r, v, g, p, positive, eps)
     if key_mask is not None:  # dropped keys add nothing
         keep = key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
@@ -229,6 +231,39 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
     else:  # every query reads every key: each sum one matmul
         coupling, readout = (a.transpose(-1, -2) @ b for a, b in factors)
     return linear_query(q, coupling, readout, p, eps, quant, positive)
+
+
+def _state_size(q: Tensor, v: Tensor, r: Tensor, p: int, positive: str) -> int:
+    """Numbers in one query's two sums over keys (coupling and readout), each key's terms as many."""
+    d_h, d_osc = q.shape[-1], r.shape[-1]
+    features = 1 + d_h + d_h * (d_h + 1) // 2
+    readout = 2 * p + 1 if d_osc == 2 else math.comb(d_osc + p, p)
+    return features * (d_osc + 1) + readout * (v.shape[-1] + 1)
+
+
+def _masked_sums(q: Tensor, k: Tensor, v: Tensor, r: Tensor, g: Tensor | None, p: int, positive: str, eps: float,
+                 key_mask: Tensor | None, window: int, quant) -> Tensor:
+    """oscillator_attention_linear's causal or windowed sums as masked T x T products: each sum over the keys a
+    query reads is the inner products of their features (the coupling's closed form, phi(q).phi(k) = positive(q, k);
+    the readout's features themselves), weighted by a [T, T] mask. The same function as the prefix sums, in fewer and
+    larger ops, and less memory while T is under _state_size (training and validation streams)."""
+    T = q.shape[-2]
+    keep = window_mask(T, window or T, q.device).to(q.dtype)  # [T, T]: keys (i - window, i], or all j <= i
+    if key_mask is not None:
+        keep = keep * key_mask[:, None, None, :].to(q.dtype)  # [B, 1, T, T]
+    qk = unit(q, eps) @ unit(k, eps).transpose(-1, -2) if positive in COSINE else q @ k.transpose(-1, -2)
+    w = coupling(qk, q.shape[-1], positive) * keep
+    z = quant("z", unit(_ratio(w @ r, w.sum(-1, keepdim=True)), eps))
+    psi = readout_features(r, r, p)[1]
+    a = (readout_features(z, z, p)[0] @ (psi if g is None else psi * g).transpose(-1, -2)) * keep
+    return quant("out", _ratio(a @ v, a.sum(-1, keepdim=True)))
+
+
+def _ratio(num: Tensor, den: Tensor) -> Tensor:
+    """num / den, a weighted mean; 0 where no key has weight (all gates at 0 in a stream's window, as the integer
+    core gives), with a gradient there too."""
+    some = den > torch.finfo(den.dtype).tiny
+    return torch.where(some, num / torch.where(some, den, torch.ones_like(den)), torch.zeros_like(num))
 
 
 def _key_factors(k: Tensor, r: Tensor, v: Tensor, g: Tensor | None, p: int,
@@ -262,15 +297,12 @@ def linear_query(q: Tensor, coupling: Tensor, readout: Tensor, p: int, eps: floa
     one per query ([..., T, F, d_osc + 1] and [..., T, n, d_v + 1], as linear_key_terms), or shared by all of them
     ([..., F, d_osc + 1] and [..., n, d_v + 1])."""
     quant = _identity if quant is None else quant
-    tiny = torch.finfo(q.dtype).tiny
 
     def contract(x: Tensor, sums: Tensor) -> Tensor:
         return x @ sums if sums.ndim == x.ndim else (x.unsqueeze(-2) @ sums).squeeze(-2)
 
-    def ratio(sums: Tensor) -> Tensor:  # the weighted mean; 0 where no key has weight (all gates at 0 in a stream's
-        num, den = sums[..., :-1], sums[..., -1:]  # window, as the integer core gives), with a gradient there too
-        some = den > tiny
-        return torch.where(some, num / torch.where(some, den, torch.ones_like(den)), torch.zeros_like(num))
+    def ratio(sums: Tensor) -> Tensor:  # the last column: the weights' sum
+        return _ratio(sums[..., :-1], sums[..., -1:])
 
     z = quant("z", unit(ratio(contract(coupling_features(q, positive, eps), coupling)), eps))  # [..., d_osc]
     return quant("out", ratio(contract(readout_features(z, z, p)[0], readout)))
