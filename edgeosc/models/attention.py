@@ -220,8 +220,8 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
         raise ValueError(f"the linear form needs a polynomial positive map ({', '.join(POLYNOMIAL)}), not {positive!r}")
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
-    if (causal or window) and q.shape[-2] <= _state_size(q, v, r, p, positive):
-        return _masked_sums(q, k, v, r, g, p, positive, eps, key_mask, window, quant)
+    if q.shape[-2] <= _state_size(q, v, r, p, positive):
+        return _masked_sums(q, k, v, r, g, p, positive, eps, key_mask, causal or window > 0, window, quant)
     factors = _key_factors(k, r, v, g, p, positive, eps)
     if key_mask is not None:  # dropped keys add nothing
         keep = key_mask[:, None, :, None].to(q.dtype)  # [B,1,T,1]
@@ -242,21 +242,27 @@ def _state_size(q: Tensor, v: Tensor, r: Tensor, p: int, positive: str) -> int:
 
 
 def _masked_sums(q: Tensor, k: Tensor, v: Tensor, r: Tensor, g: Tensor | None, p: int, positive: str, eps: float,
-                 key_mask: Tensor | None, window: int, quant) -> Tensor:
-    """oscillator_attention_linear's causal or windowed sums as masked T x T products: each sum over the keys a
-    query reads is the inner products of their features (the coupling's closed form, phi(q).phi(k) = positive(q, k);
-    the readout's features themselves), weighted by a [T, T] mask. The same function as the prefix sums, in fewer and
-    larger ops, and less memory while T is under _state_size (training and validation streams)."""
+                 key_mask: Tensor | None, causal: bool, window: int, quant) -> Tensor:
+    """oscillator_attention_linear's sums as T x T products: each sum over the keys a query reads is the inner
+    products of their features (the coupling's closed form, phi(q).phi(k) = positive(q, k); the readout's features
+    themselves), masked to the keys it reads. The same function as the sums over keys, in fewer and larger ops (no
+    features of the keys' pairs), and less memory than the prefix sums while T is under _state_size (clips and
+    training streams)."""
     T = q.shape[-2]
-    keep = window_mask(T, window or T, q.device).to(q.dtype)  # [T, T]: keys (i - window, i], or all j <= i
+    keep = window_mask(T, window or T, q.device).to(q.dtype) if causal else None  # [T, T]: (i - window, i] or j <= i
     if key_mask is not None:
-        keep = keep * key_mask[:, None, None, :].to(q.dtype)  # [B, 1, T, T]
+        keys = key_mask[:, None, None, :].to(q.dtype)  # [B, 1, 1, T]
+        keep = keys if keep is None else keep * keys
     qk = unit(q, eps) @ unit(k, eps).transpose(-1, -2) if positive in COSINE else q @ k.transpose(-1, -2)
-    w = coupling(qk, q.shape[-1], positive) * keep
+    w = _kept(coupling(qk, q.shape[-1], positive), keep)
     z = quant("z", unit(_ratio(w @ r, w.sum(-1, keepdim=True)), eps))
     psi = readout_features(r, r, p)[1]
-    a = (readout_features(z, z, p)[0] @ (psi if g is None else psi * g).transpose(-1, -2)) * keep
+    a = _kept(readout_features(z, z, p)[0] @ (psi if g is None else psi * g).transpose(-1, -2), keep)
     return quant("out", _ratio(a @ v, a.sum(-1, keepdim=True)))
+
+
+def _kept(x: Tensor, keep: Tensor | None) -> Tensor:
+    return x if keep is None else x * keep
 
 
 def _ratio(num: Tensor, den: Tensor) -> Tensor:
