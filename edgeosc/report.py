@@ -42,7 +42,7 @@ def collect(run_dir: str | Path, board_results: list[str | Path] = ()) -> dict:
                                 firmware=_json(run_dir / f"export-{k}" / firmware_name(k) / "firmware.json"))
     out["scaling"] = _json(run_dir / "scaling" / "scaling.json")
     out["npu"] = _json(run_dir / "npu" / "npu.json")
-    always_on = {k: _json(run_dir / f"always-on-{k}" / "always-on.json") for k in ("oscillator", "softmax")}
+    always_on = {k: _json(run_dir / f"always-on-{k}" / "always-on.json") for k in kinds}  # the streaming kinds'
     out["always_on"] = {k: v for k, v in always_on.items() if v}
     return out
 
@@ -155,20 +155,25 @@ def _stream_lines(r: dict) -> list[str]:
     return lines
 
 
+def _always_on_schedule(runs: dict) -> tuple[float, str]:
+    """The always-on stages' hours of keyword-free audio (the shortest) and their rounds' epochs, e.g. "6+3"."""
+    first = next(iter(runs.values()))
+    return min(x["negatives"]["hours"] for x in runs.values()), "+".join(str(x["epochs"]) for x in first["rounds"])
+
+
 def _always_on_lines(r: dict) -> list[str]:
     runs = r.get("always_on") or {}
     if not runs:
         return []
     first = next(iter(runs.values()))
-    neg, targets = first["negatives"], list(first["recall_at"])
+    (hours, epochs), targets = _always_on_schedule(runs), list(first["recall_at"])
     lines = ["", "## Always-on detection (measured: the always-on protocol)", "",
              f"Each attention kind's streaming variant (W = {first['window']}), trained on streams of keyword-free audio "
-             f"then a clip and mined for its false alarms in {len(first['rounds']) - 1} round(s), "
-             + "+".join(str(x["epochs"]) for x in first["rounds"]) + " epochs (`[always_on]`; its defaults are a short "
-             "schedule, docs/results.md#always-on-streaming has the recipe's figures). "
-             f"{first['events']} of the test split's keywords, each after 1-4 s of other speech, noise or music; false "
-             f"alarms counted on {neg['hours']:.2g} h of keyword-free audio never trained on (`edgeosc stream-eval "
-             f"always-on-KIND/round-N/best.pt --negatives-hours {neg['hours']:.2g} --in-context"
+             f"then a clip and mined for its false alarms in {len(first['rounds']) - 1} round(s), {epochs} epochs "
+             "(`[always_on]`; its defaults are a short schedule, docs/results.md#always-on-streaming has the recipe's "
+             f"figures). {first['events']} of the test split's keywords, each after 1-4 s of other speech, noise or "
+             f"music; false alarms counted on {hours:.2g} h of keyword-free audio never trained on (`edgeosc "
+             f"stream-eval always-on-KIND/round-N/best.pt --negatives-hours {hours:.2g} --in-context"
              + (f" --max-clips {first['max_clips']}" if first.get("max_clips") else "") + "`), the posterior "
              f"smoothed over {first['smooth']} hops of {first['hop_ms']:g} ms.", "",
              "| model | test clips in streams, accuracy | " + " | ".join(f"recall at <= {t} false alarm{'s' if t != '1' else ''} "
@@ -467,9 +472,9 @@ def write_report(run_dir: str | Path, folder: str | Path | None = None, board_re
         text += "\n![energy vs accuracy; cost vs T and d_osc](estimates.png)\n"
     if r["always_on"]:
         runs = r["always_on"]
-        plot_det_curves({f"streaming {LABELS[k]}": x["det"] for k, x in runs.items()},
-                        min(x["negatives"]["hours"] for x in runs.values()), "Always on: DET curves", folder / "det.png",
-                        [int(t) for t in next(iter(runs.values()))["recall_at"]])
+        marks = [int(t) for t in next(iter(runs.values()))["recall_at"]]
+        plot_det_curves({f"streaming {LABELS[k]}": x["det"] for k, x in runs.items()}, _always_on_schedule(runs)[0],
+                        "Always on: DET curves", folder / "det.png", marks)
         text += "\n![always-on: DET curves](det.png)\n"
     path = folder / "report.md"
     with atomic_path(path) as tmp:
@@ -584,8 +589,7 @@ def readme_table(r: dict) -> str:
             + (f" ({_ratio(by[k]['stream_uj_per_s'], soft)} softmax)" if soft and k != "softmax" else ""))
     on = r.get("always_on") or {}
     if on:
-        hours = min(x["negatives"]["hours"] for x in on.values())
-        epochs = "+".join(str(x["epochs"]) for x in next(iter(on.values()))["rounds"])
+        hours, epochs = _always_on_schedule(on)
         row(f"always on, recall at <= 5 false alarms an hour (measured; {hours:.2g} h of keyword-free audio, trained "
             f"{epochs} epochs: `[always_on]`)", lambda k: k in on and (f"{_pct(on[k]['recall_at']['5']['recall'])}%"
                                                          if on[k]["recall_at"].get("5") else "not reached"))

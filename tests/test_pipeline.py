@@ -235,27 +235,25 @@ def test_rpi_bundle_runs_in_a_fresh_venv_with_only_its_requirements(whole, tmp_p
     assert "## Measured on a board" in (whole / "report" / "report.md").read_text()
 
 
-def test_the_key_gate_is_the_oscillators_alone(tmp_path):
+def planned_stages(overrides: dict, run) -> dict:
+    """The pipeline's stages before the report, by name -> their inputs, without running them."""
     from edgeosc.pipeline import stages
-    gen, models = stages(load_config(None, {"model.key_gate": True}), tmp_path), {}
+    gen, planned = stages(load_config(None, overrides), run), {}
     stage = next(gen)
-    while stage.name != "report":  # the stages' inputs, without running them
-        if stage.name.startswith("train-"):
-            models[stage.name] = stage.inputs["model"]
+    while stage.name != "report":
+        planned[stage.name] = stage.inputs
         stage = gen.send(dict(key=stage.name))
-    assert models["train-oscillator"]["key_gate"] and not models["train-softmax"]["key_gate"]
+    return planned
+
+
+def test_the_key_gate_is_the_oscillators_alone(tmp_path):
+    planned = planned_stages({"model.key_gate": True}, tmp_path)
+    assert planned["train-oscillator"]["model"]["key_gate"] and not planned["train-softmax"]["model"]["key_gate"]
 
 
 def test_the_always_on_stage_is_each_streaming_kinds_and_can_be_turned_off(tmp_path):
-    from edgeosc.pipeline import stages
-
     def names(overrides):
-        gen, seen = stages(load_config(None, overrides), tmp_path), []
-        stage = next(gen)
-        while stage.name != "report":  # the stages, without running them
-            seen.append(stage.name)
-            stage = gen.send(dict(key=stage.name))
-        return [n for n in seen if n.startswith("always-on")]
+        return [n for n in planned_stages(overrides, tmp_path) if n.startswith("always-on")]
     assert names({}) == ["always-on-oscillator", "always-on-softmax"]  # DS-CNN has no streaming variant
     assert names({"model.form": "direct"}) == ["always-on-softmax"]  # nor the direct oscillator core
     assert names({"always_on.enabled": False}) == []

@@ -220,7 +220,7 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
         raise ValueError(f"the linear form needs a polynomial positive map ({', '.join(POLYNOMIAL)}), not {positive!r}")
     quant = _identity if quant is None else quant
     q, k, v, r = quant("q", q), quant("k", k), quant("v", v), quant("r", r)
-    if q.shape[-2] <= _state_size(q, v, r, p, positive):
+    if q.shape[-2] <= _state_size(q, v, r, p):
         return _masked_sums(q, k, v, r, g, p, positive, eps, key_mask, causal or window > 0, window, quant)
     factors = _key_factors(k, r, v, g, p, positive, eps)
     if key_mask is not None:  # dropped keys add nothing
@@ -233,7 +233,7 @@ def oscillator_attention_linear(q: Tensor, k: Tensor, v: Tensor, r: Tensor, *, p
     return linear_query(q, coupling, readout, p, eps, quant, positive)
 
 
-def _state_size(q: Tensor, v: Tensor, r: Tensor, p: int, positive: str) -> int:
+def _state_size(q: Tensor, v: Tensor, r: Tensor, p: int) -> int:
     """Numbers in one query's two sums over keys (coupling and readout), each key's terms as many."""
     d_h, d_osc = q.shape[-1], r.shape[-1]
     features = 1 + d_h + d_h * (d_h + 1) // 2
