@@ -245,6 +245,7 @@ class AugmentConfig:
 
 
 STREAM_AFTER = ("clips", "keyword-free")
+STREAM_LOSS = ("last", "max")
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,10 @@ class TrainConfig:
     # what those clips are: "clips", any of the split; "keyword-free", the training split's clips without a keyword
     # (_unknown_, _silence_, --train-negatives' audio), as the always-on protocol puts keywords after other audio
     stream_after: str = "clips"
+    # the frame of a stream that each clip's loss is on: "last", its last frame; "max", the max-pooling loss (Sun et
+    # al., SLT 2016) over the clip's frames: a keyword clip's frame where its keyword is likeliest, a keyword-free
+    # clip's where its own class is least likely, so a detector fires where it hears the keyword best
+    stream_loss: str = "last"
     patience: int = 80  # early stopping on validation accuracy (epochs without a new best); 80 = off
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -285,6 +290,10 @@ class TrainConfig:
             raise ValueError("stream_clips must be >= 0 (clips of a stream before each training clip; 0 = off)")
         if self.stream_after not in STREAM_AFTER:
             raise ValueError(f"stream_after must be one of {STREAM_AFTER}, got {self.stream_after!r}")
+        if self.stream_loss not in STREAM_LOSS:
+            raise ValueError(f"stream_loss must be one of {STREAM_LOSS}, got {self.stream_loss!r}")
+        if self.stream_loss != "last" and not self.stream_clips:
+            raise ValueError(f"stream_loss {self.stream_loss!r} picks frames of a stream: it needs stream_clips > 0")
 
 
 QUANT_PRESETS = ("int8", "w4a8")  # Brevitas quantizers in quant.py; the names live here for the CLI

@@ -45,6 +45,7 @@ class Batches:
         self.audio, self.labels = data.audio, torch.as_tensor(data.labels)
         self.noise = None if data.noise is None else torch.as_tensor(data.noise, dtype=torch.float32) / 32768
         self.features, self.device = features, device
+        self.keyword = torch.tensor([is_keyword(c) for c in data.classes], device=device)
 
     def __len__(self):
         return len(self.idx)
@@ -81,18 +82,30 @@ class Batches:
             yield feats, self.labels[sel].to(self.device), taught
 
 
+def max_pooled(model: torch.nn.Module, feats: torch.Tensor, labels: torch.Tensor, batches: Batches) -> torch.Tensor:
+    """The max-pooling loss's logits (Sun et al., "Max-pooling loss training of LSTM networks for small-footprint
+    keyword spotting", SLT 2016), one frame per stream among its clip's own (the last n_frames): a keyword clip's
+    frame where its keyword is likeliest, a keyword-free clip's where its own class is least likely (the frame
+    nearest a false alarm)."""
+    frames = model(feats, per_frame=True)[:, -batches.features.cfg.n_frames:]
+    own = frames.detach().log_softmax(-1).gather(-1, labels[:, None, None].expand(-1, frames.shape[1], 1))[..., 0]
+    pick = torch.where(batches.keyword[labels], own.argmax(1), own.argmin(1))
+    return frames[torch.arange(len(labels), device=frames.device), pick]
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: Batches, n_classes: int, batch_size: int = 256,
-             stream_clips: int = 0) -> dict:
+             stream_clips: int = 0, stream_loss: str = "last") -> dict:
     """Loss, accuracy and confusion matrix (rows: true class, columns: predicted); a Kuramoto network's
     diagnostics per block (models/kws.py KWSKuramoto.diagnostics) averaged over the clips. stream_clips > 0: each
-    clip after that many others of the split as one stream (Batches), the same streams every call (a fixed seed)."""
+    clip after that many others of the split as one stream (Batches), the same streams every call (a fixed seed),
+    read at its last frame, or (stream_loss "max") at the frame max_pooled picks."""
     model.eval()
     confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
     loss_sum, diagnostics = 0.0, None
     fixed = torch.Generator().manual_seed(0) if stream_clips else None
     for feats, labels in batches(batch_size, fixed, None, stream_clips):
-        logits = model(feats)
+        logits = max_pooled(model, feats, labels, batches) if stream_loss == "max" else model(feats)
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         confusion += torch.bincount(labels.cpu() * n_classes + logits.argmax(-1).cpu(),
                                     minlength=n_classes**2).view(n_classes, n_classes)

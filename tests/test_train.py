@@ -6,7 +6,7 @@ import torch
 
 from edgeosc.config import UNKNOWN, AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
 from edgeosc.checkpoint import CheckpointError, load_checkpoint
-from edgeosc.evaluate import Batches, evaluate_checkpoint, keyword_free
+from edgeosc.evaluate import Batches, evaluate_checkpoint, keyword_free, max_pooled
 from edgeosc.features import FeatureExtractor
 from edgeosc.models.kws import build_model
 from edgeosc.train import train
@@ -107,6 +107,32 @@ def test_streams_can_put_keyword_free_clips_before_each_clip(tones, data_cfg, tm
     assert 0 <= res["test_stream_accuracy"] <= 1
     with pytest.raises(ValueError, match="stream_after"):
         TrainConfig(stream_after="speech")
+
+
+def test_max_pooling_loss_reads_a_keywords_best_frame_and_a_keyword_free_clips_worst(tones, data_cfg, tmp_path):
+    data = dataclasses.replace(tones, classes=("tone0", "tone1", UNKNOWN))
+    features = FeatureConfig(normalize="running")
+    batches = Batches(data, "val", FeatureExtractor(features), torch.device("cpu"))
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(size="small", window=49, n_classes=3)).eval()
+    feats, labels = next(batches(12, None, None, stream_clips=2))
+    assert set(labels.tolist()) == {0, 1, 2}
+    with torch.no_grad():
+        frames = model(feats, per_frame=True)[:, -features.n_frames:]  # the clip's own frames
+        picked = max_pooled(model, feats, labels, batches)
+    own = frames.log_softmax(-1)[torch.arange(len(labels)), :, labels]  # [clips, frames]
+    for i, label in enumerate(labels.tolist()):
+        best = own[i].argmax() if label < 2 else own[i].argmin()  # tone0, tone1 are keywords; _unknown_ is not
+        assert torch.equal(picked[i], frames[i, best])
+        assert own[i].max() > own[i].min()  # a choice was made: the frames differ
+    cfg = dataclasses.replace(TRAIN, epochs=1, stream_clips=1, stream_after="keyword-free", stream_loss="max")
+    res = train(data, tmp_path, model_cfg=ModelConfig(size="small", window=49), feature_cfg=features, train_cfg=cfg,
+                data_cfg=data_cfg, progress=False)
+    assert 0 <= res["test_stream_accuracy"] <= 1
+    with pytest.raises(ValueError, match="needs stream_clips"):
+        TrainConfig(stream_loss="max")
+    with pytest.raises(ValueError, match="stream_loss must be one of"):
+        TrainConfig(stream_clips=1, stream_loss="mean")
 
 
 def test_mixup_alpha_must_not_be_negative():

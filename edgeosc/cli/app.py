@@ -138,6 +138,9 @@ TRAIN_FLAGS = DATA_FLAGS + [
     ("--stream-after", "train.stream_after", "--stream-clips: what comes before each clip: 'clips' (any of the "
      "split) or 'keyword-free' (the training split's _unknown_, _silence_ and --train-negatives clips, as the "
      "always-on protocol puts keywords after other audio; validation and test streams use them too)"),
+    ("--stream-loss", "train.stream_loss", "--stream-clips: the frame each clip's loss is on: 'last' (its last "
+     "frame) or 'max' (max-pooling: a keyword clip's frame where its keyword is likeliest, a keyword-free clip's "
+     "where its own class is least likely; validation accuracy picks its frames alike)"),
     ("--seed", "train.seed", "Training seed"),
     ("--device", "train.device", "Device"),
     ("--init-from", "train.init_from", "Start from the weights of a float checkpoint of the same network (e.g. "

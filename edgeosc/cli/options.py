@@ -21,7 +21,7 @@ import click
 from click.core import ParameterSource
 
 from ..config import (ATTENTION_KINDS, DATASETS, FORMS, MODEL_SIZES, NORMALIZE_MODES, NOT_OSCILLATOR, PHASE_MAPS,
-                      PHASE_READOUTS, POSITIVE_MAPS, QUANT_PRESETS, STREAM_AFTER, to_dict)
+                      PHASE_READOUTS, POSITIVE_MAPS, QUANT_PRESETS, STREAM_AFTER, STREAM_LOSS, to_dict)
 from ..pipeline import PipelineConfig, load_config
 
 
@@ -30,7 +30,8 @@ CHOICES = {"data.dataset": DATASETS, "data.task": ("12", "all", "digits"), "mode
            "model.size": MODEL_SIZES, "model.positive": POSITIVE_MAPS, "model.form": FORMS,
            "model.anchors": ("projected", "tied"), "model.phase_map": PHASE_MAPS, "model.phase_readout": PHASE_READOUTS,
            "features.normalize": NORMALIZE_MODES, "train.device": ("auto", "cpu", "cuda"),
-           "train.stream_after": STREAM_AFTER, "quant.preset": QUANT_PRESETS}
+           "train.stream_after": STREAM_AFTER, "train.stream_loss": STREAM_LOSS,
+           "quant.preset": QUANT_PRESETS}
 
 
 @functools.cache
