@@ -41,6 +41,12 @@ def write_json(path: str | Path, obj) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def by_number(d: dict) -> list[tuple]:
+    """The items of a dict keyed by numbers as strings ("1", "5", "10") in numeric order: write_json sorts them as
+    text."""
+    return sorted(d.items(), key=lambda item: float(item[0]))
+
+
 def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

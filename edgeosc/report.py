@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .cbuild import firmware_name
 from .config import FLOAT_ONLY
-from .io import atomic_path, save_figure, write_json
+from .io import atomic_path, by_number, save_figure, write_json
 
 
 LABELS = {"oscillator": "oscillator", "softmax": "softmax", "ds-cnn": "DS-CNN", "kuramoto": "Kuramoto"}
@@ -166,7 +166,7 @@ def _always_on_lines(r: dict) -> list[str]:
     if not runs:
         return []
     first = next(iter(runs.values()))
-    (hours, epochs), targets = _always_on_schedule(runs), list(first["recall_at"])
+    (hours, epochs), targets = _always_on_schedule(runs), [t for t, _ in by_number(first["recall_at"])]
     lines = ["", "## Always-on detection (measured: the always-on protocol)", "",
              f"Each attention kind's streaming variant (W = {first['window']}), trained on streams of keyword-free audio "
              f"then a clip and mined for its false alarms in {len(first['rounds']) - 1} round(s), {epochs} epochs "
@@ -183,7 +183,7 @@ def _always_on_lines(r: dict) -> list[str]:
     for k, x in runs.items():
         lat = x["latency_ms"]
         at = [f"{_pct(v['recall'])}% (threshold {v['threshold']:g})" if v else "not reached"
-              for v in x["recall_at"].values()]
+              for _, v in by_number(x["recall_at"])]
         lines.append(f"| streaming {LABELS[k]} | {_pct(x['rounds'][-1]['test_stream_accuracy'])}% | " + " | ".join(at)
                      + f" | {_pct(x['recall'])}%, {x['negatives']['false_alarms_per_hour']:.1f} | "
                      + (f"{lat['median']:.0f} ms |" if lat else "- |"))
@@ -472,7 +472,7 @@ def write_report(run_dir: str | Path, folder: str | Path | None = None, board_re
         text += "\n![energy vs accuracy; cost vs T and d_osc](estimates.png)\n"
     if r["always_on"]:
         runs = r["always_on"]
-        marks = [int(t) for t in next(iter(runs.values()))["recall_at"]]
+        marks = [int(t) for t, _ in by_number(next(iter(runs.values()))["recall_at"])]
         plot_det_curves({f"streaming {LABELS[k]}": x["det"] for k, x in runs.items()}, _always_on_schedule(runs)[0],
                         "Always on: DET curves", folder / "det.png", marks)
         text += "\n![always-on: DET curves](det.png)\n"

@@ -22,7 +22,7 @@ import numpy as np
 from .config import DataConfig, is_keyword
 from .data.audio import write_wav
 from .data.clipset import ClipSet
-from .io import atomic_path, write_json
+from .io import atomic_path, by_number, write_json
 from .report import plot_det_curves
 from .stream import Detection, FrontEnd, Listener, Model, StreamError
 
@@ -270,11 +270,11 @@ def format_result(r: dict) -> str:
         lines.append("  recall at " + ", ".join(
             f"{t} false alarm{'s' if t != '1' else ''} per hour: " +
             (f"{100 * v['recall']:.1f}% (threshold {v['threshold']})" if v else "not reached")
-            for t, v in r["recall_at"].items()))
-    for smooth, v in r.get("by_smooth", {}).items():
+            for t, v in by_number(r["recall_at"])))
+    for smooth, v in by_number(r.get("by_smooth", {})):
         if v.get("recall_at"):
             lines.append(f"  smoothed over {smooth:>3} hops, recall at 1 / 5 / 10 false alarms per hour: " + " / ".join(
-                f"{100 * a['recall']:.1f}%" if a else "-" for a in v["recall_at"].values()))
+                f"{100 * a['recall']:.1f}%" if a else "-" for _, a in by_number(v["recall_at"])))
     if r.get("det"):
         lines.append("  threshold   recall   false alarms per hour (keyword-free audio)")
         for d in r["det"]:

@@ -68,6 +68,8 @@ def test_pipeline_runs_skips_and_resumes_an_interrupted_stage(whole, tone_data, 
         assert f"| streaming {kind} | " in text
     assert not list(whole.glob("always-on-ds-cnn")) + list(whole.glob("always-on-kuramoto"))
     assert "## Always-on detection" in text and (whole / "report" / "det.png").is_file()
+    header = next(line for line in text.splitlines() if line.startswith("| model | test clips in streams"))
+    assert [int(cell.split()[3]) for cell in header.split(" | ") if cell.startswith("recall at <=")] == [1, 5, 10]
     # DS-CNN, the baseline: MLPerf's 49 x 10 MFCC, its builtin int8 file in every interpreter, its firmware
     ds = json.loads((whole / "parity-ds-cnn" / "parity.json").read_text())
     assert ds["int8_file"] == "int8.tflite" and len(ds["int8_tflite_accuracy"]) == 3

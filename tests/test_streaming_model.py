@@ -57,16 +57,40 @@ def test_causal_and_bounded_by_the_window(kind):
     assert torch.allclose(a[:, reach + 1:30], b[:, reach + 1:30], atol=1e-5)
 
 
-def test_the_oscillator_state_is_fixed_in_size():
+def as_long_windows(monkeypatch):
+    """Every window counts as longer than the linear core's sums (attention._state_size): the step keeps the sums."""
+    import edgeosc.models.attention as A
+    monkeypatch.setattr(A, "_state_size", lambda *a: 0)
+
+
+@pytest.mark.parametrize("order", ["kept keys", "sums"])
+def test_the_oscillator_state_is_fixed_in_size(order, monkeypatch):
     W = 5
+    if order == "sums":
+        as_long_windows(monkeypatch)
     model = net("oscillator", W)
     with torch.no_grad():
         _, s1 = stream(model, torch.randn(1, W + 3, 40))
         _, s2 = stream(model, torch.randn(1, 4 * W, 40))
-    shapes = lambda s: {k: [tuple(t.shape) for t in (v["keys"] + [v["coupling"], v["readout"]])]  # noqa: E731
+    sums = ["coupling", "readout"] if order == "sums" else []
+    assert all(name in s2["block0"] for name in sums) and ("coupling" in s2["block0"]) == bool(sums)
+    shapes = lambda s: {k: [tuple(t.shape) for t in v["keys"] + [v[n] for n in sums]]  # noqa: E731
                         for k, v in s.items() if k.startswith("block")}
     assert shapes(s1) == shapes(s2)
     assert s2["block0"]["keys"][0].shape[2] == W and s2["pool"].shape[1] == W
+
+
+@pytest.mark.parametrize("window", [7, 49])
+def test_the_steps_two_evaluation_orders_agree(window, monkeypatch):
+    """While the window is at most the sums' size the step reads its kept keys, past it the sums a stream carries
+    (forward's rule): the same outputs, frame by frame."""
+    model, x = net("oscillator", window), torch.randn(2, 3 * window, 40)
+    with torch.no_grad():
+        kept, _ = stream(model, x)
+        as_long_windows(monkeypatch)
+        sums, _ = stream(model, x)
+    assert torch.allclose(kept, sums, atol=2e-5), (kept - sums).abs().max()
+    assert not torch.allclose(kept[:, 1:], kept[:, :-1], atol=1e-3)  # frames differ: a real stream
 
 
 def test_anchors_turn_per_frame_and_the_setting_is_measured_both_ways():
@@ -103,10 +127,11 @@ def test_a_streams_age_does_not_move_its_outputs():
     assert omega.grad is not None and omega.grad.abs().sum() > 0
 
 
-def test_float_sums_are_refreshed_from_the_kept_keys_every_window():
+def test_float_sums_are_refreshed_from_the_kept_keys_every_window(monkeypatch):
     """Adding and subtracting keys in float32 all day would let rounding pile up in the sums; every `window` frames
     the stream recomputes them from the keys it keeps, so the error stays that of one window."""
     from edgeosc.models.attention import linear_key_terms
+    as_long_windows(monkeypatch)
     attn, state = net("oscillator", 5).blocks[0].attn, {}
     with torch.no_grad():
         for _ in range(10):
