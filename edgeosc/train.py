@@ -117,9 +117,10 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
                   train_config=to_dict(train_cfg), classes=list(data.classes), quant=quant)
     history, best, start, bad_epochs = [], -1.0, 0, 0
     if resume and (out_dir / "last.pt").is_file():
-        state = load_checkpoint(out_dir / "last.pt").raw
-        if (state["model_config"] != header["model_config"] or state["train_config"] != header["train_config"]
-                or state.get("quant") != quant):
+        last = load_checkpoint(out_dir / "last.pt")
+        state = last.raw
+        # the configs as loaded (a setting added since takes its default), not the raw dicts
+        if last.model_cfg != model_cfg or last.train_cfg != train_cfg or state.get("quant") != quant:
             raise CheckpointError(f"{out_dir / 'last.pt'}: was made with another model or training config")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])

@@ -27,6 +27,12 @@ def test_resume_after_interruption_equals_uninterrupted_run(tones, data_cfg, tmp
     cfg = dataclasses.replace(TRAIN, mixup=mixup)  # mixup's draws, too, follow (seed, epoch)
     full = run(tones, data_cfg, tmp_path / "full", train_cfg=cfg)
     assert run(tones, data_cfg, tmp_path / "cut", train_cfg=cfg, stop_after_epochs=1) == dict(interrupted=True, epochs=1)
+    last = tmp_path / "cut" / "last.pt"
+    raw = torch.load(last, weights_only=True)  # written before a setting existed (it runs at its default): resumes
+    raw["train_config"] = {k: v for k, v in raw["train_config"].items() if k != "stream_loss"}
+    torch.save(raw, last)
+    with pytest.raises(CheckpointError, match="another model or training config"):
+        run(tones, data_cfg, tmp_path / "cut", train_cfg=dataclasses.replace(cfg, lr=1e-3), resume=True)
     resumed = run(tones, data_cfg, tmp_path / "cut", train_cfg=cfg, resume=True)
     a, b = (torch.load(tmp_path / d / "last.pt", weights_only=True)["model"] for d in ("full", "cut"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
