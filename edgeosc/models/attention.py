@@ -172,10 +172,13 @@ def harmonic_coefficients(p: int) -> list[float]:
 
 
 def _harmonics(x: Tensor, p: int) -> Tensor:
-    """[cos m t, sin m t for m = 1..p] of x = (cos t, sin t), as the powers (x_0 + i x_1)^m: no trigonometry (one
-    complex running product: a sixth of the time of p real steps in a stream's small tensors)."""
+    """[cos m t, sin m t for m = 1..p] of x = (cos t, sin t), as the powers (x_0 + i x_1)^m: no trigonometry (complex
+    products: a third to a quarter of the time of their real and imaginary parts taken apart, half with gradients)."""
     w = torch.view_as_complex(x[..., :2].contiguous())
-    return torch.view_as_real(w.unsqueeze(-1).expand(*w.shape, p).cumprod(-1)).flatten(-2)
+    powers = [w]
+    for _ in range(p - 1):
+        powers.append(powers[-1] * w)
+    return torch.view_as_real(torch.stack(powers, -1)).flatten(-2)
 
 
 def readout_features(z: Tensor, r: Tensor, p: int) -> tuple[Tensor, Tensor]:
