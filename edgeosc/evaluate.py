@@ -82,11 +82,15 @@ class Batches:
             yield feats, self.labels[sel].to(self.device), taught
 
 
-def max_pooled(model: torch.nn.Module, feats: torch.Tensor, labels: torch.Tensor, batches: Batches) -> torch.Tensor:
-    """The max-pooling loss's logits (Sun et al., "Max-pooling loss training of LSTM networks for small-footprint
-    keyword spotting", SLT 2016), one frame per stream among its clip's own (the last n_frames): a keyword clip's
-    frame where its keyword is likeliest, a keyword-free clip's where its own class is least likely (the frame
+def clip_logits(model: torch.nn.Module, feats: torch.Tensor, labels: torch.Tensor, batches: Batches,
+                stream_loss: str = "last") -> torch.Tensor:
+    """Each clip's logits, as training's loss and evaluation read them: the model's (a stream's last frame), or with
+    stream_loss "max" the max-pooling loss's frame (Sun et al., "Max-pooling loss training of LSTM networks for
+    small-footprint keyword spotting", SLT 2016), one per stream among its clip's own (the last n_frames): a keyword
+    clip's frame where its keyword is likeliest, a keyword-free clip's where its own class is least likely (the frame
     nearest a false alarm)."""
+    if stream_loss != "max":
+        return model(feats)
     frames = model(feats, per_frame=True)[:, -batches.features.cfg.n_frames:]
     own = frames.detach().log_softmax(-1).gather(-1, labels[:, None, None].expand(-1, frames.shape[1], 1))[..., 0]
     pick = torch.where(batches.keyword[labels], own.argmax(1), own.argmin(1))
@@ -99,13 +103,13 @@ def evaluate(model: torch.nn.Module, batches: Batches, n_classes: int, batch_siz
     """Loss, accuracy and confusion matrix (rows: true class, columns: predicted); a Kuramoto network's
     diagnostics per block (models/kws.py KWSKuramoto.diagnostics) averaged over the clips. stream_clips > 0: each
     clip after that many others of the split as one stream (Batches), the same streams every call (a fixed seed),
-    read at its last frame, or (stream_loss "max") at the frame max_pooled picks."""
+    read at the frame clip_logits picks."""
     model.eval()
     confusion = torch.zeros(n_classes, n_classes, dtype=torch.long)
     loss_sum, diagnostics = 0.0, None
     fixed = torch.Generator().manual_seed(0) if stream_clips else None
     for feats, labels in batches(batch_size, fixed, None, stream_clips):
-        logits = max_pooled(model, feats, labels, batches) if stream_loss == "max" else model(feats)
+        logits = clip_logits(model, feats, labels, batches, stream_loss)
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         confusion += torch.bincount(labels.cpu() * n_classes + logits.argmax(-1).cpu(),
                                     minlength=n_classes**2).view(n_classes, n_classes)

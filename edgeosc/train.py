@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from .checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from .config import CAUSAL_NORMALIZE, DataConfig, FeatureConfig, ModelConfig, QuantConfig, TrainConfig, to_dict
 from .data.clipset import ClipSet
-from .evaluate import Batches, evaluate, keyword_free, max_pooled, pick_device
+from .evaluate import Batches, clip_logits, evaluate, keyword_free, pick_device
 from .features import FeatureExtractor
 from .io import sha256_file, write_json
 from .models.kws import build_model, count_parameters, resolve
@@ -96,6 +96,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
     features = FeatureExtractor(feature_cfg).to(device)
     context = keyword_free(data) if train_cfg.stream_clips and train_cfg.stream_after == "keyword-free" else None
     train_b, val_b, test_b = (Batches(data, s, features, device, context) for s in ("train", "val", "test"))
+    streams = dict(stream_clips=train_cfg.stream_clips, stream_loss=train_cfg.stream_loss)  # how evaluate reads clips
     if len(train_b) == 0 or len(val_b) == 0:
         raise ValueError("the dataset has no training or no validation clips")
     torch.manual_seed(train_cfg.seed)
@@ -127,8 +128,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
         sched.load_state_dict(state["scheduler"])
         history, best, start, bad_epochs = state["history"], state["best"], state["epoch"], state["bad_epochs"]
     if train_cfg.epochs == 0 and not history:  # post-training quantization: the model as built
-        best = evaluate(model, val_b, model_cfg.n_classes, stream_clips=train_cfg.stream_clips,
-                        stream_loss=train_cfg.stream_loss)["accuracy"]
+        best = evaluate(model, val_b, model_cfg.n_classes, **streams)["accuracy"]
         save_checkpoint(out_dir / "best.pt", dict(header, model=model.state_dict(), epoch=0))
     n_params = count_parameters(model)
     criterion = functools.partial(F.cross_entropy, label_smoothing=train_cfg.label_smoothing)
@@ -152,8 +152,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
                 perm = torch.randperm(len(labels), generator=gen).to(labels.device)
                 feats, partner = lam * feats + (1 - lam) * feats[perm], labels[perm]
                 taught = [lam * t + (1 - lam) * t[perm] for t in taught]
-            logits = (max_pooled(model, feats, labels, train_b) if train_cfg.stream_loss == "max"
-                      else model(feats))
+            logits = clip_logits(model, feats, labels, train_b, train_cfg.stream_loss)
             loss = criterion(logits, labels)
             if partner is not None:
                 loss = lam * loss + (1 - lam) * criterion(logits, partner)
@@ -170,8 +169,7 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
             correct += (logits.argmax(-1) == labels).sum().item()
             seen += len(labels)
             bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}")
-        val = evaluate(model, val_b, model_cfg.n_classes, stream_clips=train_cfg.stream_clips,
-                       stream_loss=train_cfg.stream_loss)  # as it trains
+        val = evaluate(model, val_b, model_cfg.n_classes, **streams)  # as it trains
         history.append(dict(epoch=epoch + 1, train_loss=loss_sum / seen, train_accuracy=correct / seen,
                             val_loss=val["loss"], val_accuracy=val["accuracy"], val_confusion=val["confusion"],
                             max_grad_norm=max_grad, lr=sched.get_last_lr()[0], seconds=time.time() - t0))
@@ -188,12 +186,11 @@ def train(data: ClipSet, out_dir: str | Path, *, model_cfg: ModelConfig, feature
                        f"train {correct / seen:.3f}  val {val['accuracy']:.3f}{'  *' if improved else ''}")
     best_model = load_checkpoint(out_dir / "best.pt", map_location=device).model.to(device)
     test = evaluate(best_model, test_b, model_cfg.n_classes)
-    streams = train_cfg.stream_clips and evaluate(best_model, test_b, model_cfg.n_classes,
-                                                  stream_clips=train_cfg.stream_clips, stream_loss=train_cfg.stream_loss)
+    in_streams = train_cfg.stream_clips and evaluate(best_model, test_b, model_cfg.n_classes, **streams)
     results = dict(dataset=data_cfg.dataset, attention=model_cfg.attention, size=model_cfg.size, d_osc=model_cfg.d_osc, p=model_cfg.p,
                    parameters=n_params, epochs=len(history), best_val_accuracy=best,
                    test_accuracy=test["accuracy"], test_n=test["n"], test_confusion=test["confusion"],
-                   **({"test_stream_accuracy": streams["accuracy"]} if streams else {}),
+                   **({"test_stream_accuracy": in_streams["accuracy"]} if in_streams else {}),
                    classes=list(data.classes), device=str(device),
                    quant=quant and f"{quant['config']['preset']}-{'qat' if train_cfg.epochs else 'ptq'}",
                    **({"diagnostics": test["diagnostics"]} if "diagnostics" in test else {}))

@@ -6,7 +6,7 @@ import torch
 
 from edgeosc.config import UNKNOWN, AugmentConfig, FeatureConfig, ModelConfig, TrainConfig
 from edgeosc.checkpoint import CheckpointError, load_checkpoint
-from edgeosc.evaluate import Batches, evaluate_checkpoint, keyword_free, max_pooled
+from edgeosc.evaluate import Batches, clip_logits, evaluate_checkpoint, keyword_free
 from edgeosc.features import FeatureExtractor
 from edgeosc.models.kws import build_model
 from edgeosc.train import train
@@ -125,7 +125,8 @@ def test_max_pooling_loss_reads_a_keywords_best_frame_and_a_keyword_free_clips_w
     assert set(labels.tolist()) == {0, 1, 2}
     with torch.no_grad():
         frames = model(feats, per_frame=True)[:, -features.n_frames:]  # the clip's own frames
-        picked = max_pooled(model, feats, labels, batches)
+        picked = clip_logits(model, feats, labels, batches, "max")
+        assert torch.equal(clip_logits(model, feats, labels, batches), model(feats))  # "last": the last frame's
     own = frames.log_softmax(-1)[torch.arange(len(labels)), :, labels]  # [clips, frames]
     for i, label in enumerate(labels.tolist()):
         best = own[i].argmax() if label < 2 else own[i].argmin()  # tone0, tone1 are keywords; _unknown_ is not
